@@ -1,0 +1,251 @@
+//! The [`Controller`] trait and what a reconcile takes and returns.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::{FactView, Key, KeyError, Value};
+
+/// A proposed change to one fact. Controllers return changes; the runner commits them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Make `key` hold `value`.
+    Put {
+        /// The key to write.
+        key: Key,
+        /// The value it should hold.
+        value: Value,
+    },
+    /// Make `key` absent.
+    Delete {
+        /// The key to remove.
+        key: Key,
+    },
+}
+
+impl Change {
+    /// A put.
+    pub fn put(key: Key, value: impl Into<Value>) -> Self {
+        Change::Put {
+            key,
+            value: value.into(),
+        }
+    }
+
+    /// A delete.
+    pub fn delete(key: Key) -> Self {
+        Change::Delete { key }
+    }
+
+    /// The key the change writes.
+    pub fn key(&self) -> &Key {
+        match self {
+            Change::Put { key, .. } | Change::Delete { key } => key,
+        }
+    }
+}
+
+/// A source of fresh ids for the facts a controller creates.
+///
+/// Ids are an input of reconcile, like time, so that tests can make them deterministic.
+pub trait IdSource: Send + fmt::Debug {
+    /// A new id: lowercase letters and digits, unique with overwhelming probability.
+    fn next_id(&mut self) -> String;
+}
+
+/// Ids of 16 hex digits (64 random bits) from a seedable generator.
+///
+/// `RandomIds::from_entropy()` is what a production runner uses; `RandomIds::seeded(n)` replays the
+/// same ids in tests.
+#[derive(Debug, Clone)]
+pub struct RandomIds {
+    rng: SmallRng,
+}
+
+impl RandomIds {
+    /// A generator whose ids are the same on every run with the same seed.
+    pub fn seeded(seed: u64) -> Self {
+        RandomIds {
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
+    /// A generator seeded from the operating system.
+    pub fn from_entropy() -> Self {
+        RandomIds {
+            rng: SmallRng::from_os_rng(),
+        }
+    }
+}
+
+impl IdSource for RandomIds {
+    fn next_id(&mut self) -> String {
+        format!("{:016x}", self.rng.random::<u64>())
+    }
+}
+
+/// Ids `prefix0`, `prefix1`, ... : readable ids for tests and snapshots.
+#[derive(Debug, Clone)]
+pub struct SequentialIds {
+    prefix: String,
+    next: u64,
+}
+
+impl SequentialIds {
+    /// Ids `{prefix}0`, `{prefix}1`, ...
+    pub fn new(prefix: impl Into<String>) -> Self {
+        SequentialIds {
+            prefix: prefix.into(),
+            next: 0,
+        }
+    }
+}
+
+impl IdSource for SequentialIds {
+    fn next_id(&mut self) -> String {
+        let id = format!("{}{}", self.prefix, self.next);
+        self.next += 1;
+        id
+    }
+}
+
+/// Everything a reconcile may use besides the facts: the time and an id source.
+#[derive(Debug)]
+pub struct ReconcileContext<'a> {
+    now: SystemTime,
+    ids: &'a mut dyn IdSource,
+}
+
+impl<'a> ReconcileContext<'a> {
+    /// A context at wall-clock time `now` drawing ids from `ids`.
+    pub fn new(now: SystemTime, ids: &'a mut dyn IdSource) -> Self {
+        ReconcileContext { now, ids }
+    }
+
+    /// The time of this reconcile. Use it instead of reading a clock.
+    pub fn now(&self) -> SystemTime {
+        self.now
+    }
+
+    /// A fresh id.
+    pub fn new_id(&mut self) -> String {
+        self.ids.next_id()
+    }
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReconcileError {
+    /// The controller could not compute its changes this time; the runner restarts it with backoff.
+    #[error("reconcile failed: {message}")]
+    Failed {
+        /// What went wrong.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The controller cannot go on at all; the runner stops every controller and returns the error.
+    #[error("fatal controller error: {message}")]
+    Fatal {
+        /// What went wrong.
+        message: String,
+    },
+    /// The controller built an invalid key.
+    #[error("controller built an invalid key")]
+    InvalidKey(#[from] KeyError),
+}
+
+impl ReconcileError {
+    /// A retryable failure with a message.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ReconcileError::Failed {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A fatal failure with a message.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        ReconcileError::Fatal {
+            message: message.into(),
+        }
+    }
+}
+
+/// A pure rule: compares the facts it watches and proposes changes.
+///
+/// # Expected flow
+///
+/// The runner lists the controller's [`watches`](Controller::watches) prefixes, keeps a local
+/// [`FactView`] up to date from a watch, and calls [`reconcile`](Controller::reconcile) with an
+/// immutable snapshot whenever the view changed (bursts are coalesced) and on periodic resync. It
+/// commits the returned changes in one transaction guarded by the mod revisions of the keys it
+/// writes, then waits until its view includes its own commit before reconciling again.
+///
+/// # Assumptions
+///
+/// - `reconcile` is a pure function of the view and of `ctx`: no I/O, no clock reads, no
+///   randomness of its own. Same input, same output.
+/// - It is level-triggered: it derives everything from the facts, never from memory of what it did
+///   before, so it may be restarted, run twice, or run on a replica at any time.
+/// - Every change lies in the [`write_domain`](Controller::write_domain); the runner rejects the
+///   whole reconcile otherwise. No two controllers should share a write domain.
+///
+/// # Caveats
+///
+/// A reconcile that returns more changes than the store takes in one transaction is committed in
+/// its first changes only; the runner then reconciles again on the updated view, and a
+/// level-triggered controller proposes the rest. Changes that must land together must therefore
+/// be returned first, and stay within the store's limit (128 on etcd).
+///
+/// ```
+/// use ccattler_core::{Change, Controller, FactView, Key, ReconcileContext, ReconcileError};
+///
+/// /// Mirrors every `input/x` to `output/x`.
+/// struct Mirror;
+///
+/// impl Controller for Mirror {
+///     fn name(&self) -> &str { "mirror" }
+///     fn watches(&self) -> Vec<String> { vec!["input/".into(), "output/".into()] }
+///     fn write_domain(&self) -> Vec<String> { vec!["output/".into()] }
+///     fn reconcile(&self, facts: &FactView, _ctx: &mut ReconcileContext<'_>)
+///         -> Result<Vec<Change>, ReconcileError>
+///     {
+///         let mut changes = Vec::new();
+///         for fact in facts.scan("input/") {
+///             let name = fact.key.strip_prefix("input/").unwrap_or_default();
+///             let out = Key::new(format!("output/{name}"))?;
+///             if facts.get(out.as_str()).map(|f| &f.value) != Some(&fact.value) {
+///                 changes.push(Change::put(out, fact.value.clone()));
+///             }
+///         }
+///         Ok(changes)
+///     }
+/// }
+/// ```
+pub trait Controller: Send + Sync + 'static {
+    /// A short, unique name used in logs, metrics and errors.
+    fn name(&self) -> &str;
+
+    /// The key prefixes whose facts the controller reads.
+    fn watches(&self) -> Vec<String>;
+
+    /// The key prefixes the controller may write.
+    fn write_domain(&self) -> Vec<String>;
+
+    /// Computes the changes that move the facts towards what this controller wants.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::Failed`] to be restarted with backoff, [`ReconcileError::Fatal`] to stop
+    /// the runner.
+    fn reconcile(
+        &self,
+        facts: &FactView,
+        ctx: &mut ReconcileContext<'_>,
+    ) -> Result<Vec<Change>, ReconcileError>;
+}

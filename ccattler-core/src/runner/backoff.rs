@@ -1,0 +1,128 @@
+//! Loop timing: the runner's configuration and its backoff schedules.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+/// Timing and retry settings of a controller loop. `Default` gives the documented defaults.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LoopConfig {
+    /// How often the loop lists everything again as a safety net against missed events.
+    /// Default 30 s.
+    pub resync_interval: Duration,
+    /// Delays before restarting a failed or panicking controller, one per consecutive failure; the
+    /// last repeats. Default 100 ms, 500 ms, 1 s, 2 s, 5 s, then every 30 s.
+    pub restart_delays: Vec<Duration>,
+    /// First delay after a commit conflict; it doubles per consecutive conflict. Default 5 ms.
+    pub conflict_base: Duration,
+    /// Longest delay after a commit conflict. Default 1 s.
+    pub conflict_cap: Duration,
+    /// How long shutdown waits for in-flight work before abandoning it. Default 5 s.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            resync_interval: Duration::from_secs(30),
+            restart_delays: [100, 500, 1_000, 2_000, 5_000, 30_000]
+                .into_iter()
+                .map(Duration::from_millis)
+                .collect(),
+            conflict_base: Duration::from_millis(5),
+            conflict_cap: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl LoopConfig {
+    /// Sets the resync interval.
+    #[must_use]
+    pub fn resync_interval(mut self, every: Duration) -> Self {
+        self.resync_interval = every;
+        self
+    }
+
+    /// Sets the restart delays (at least one; an empty list restarts at once).
+    #[must_use]
+    pub fn restart_delays(mut self, delays: Vec<Duration>) -> Self {
+        self.restart_delays = delays;
+        self
+    }
+
+    /// Sets the conflict backoff's first delay and cap.
+    #[must_use]
+    pub fn conflict_backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.conflict_base = base;
+        self.conflict_cap = cap;
+        self
+    }
+
+    /// Sets the shutdown timeout.
+    #[must_use]
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+}
+
+/// The two backoff schedules of a loop, as pure functions of attempt counts.
+#[derive(Debug, Clone)]
+pub struct Backoff;
+
+impl Backoff {
+    /// Delay before restart after the `failures`-th consecutive failure (1-based).
+    pub fn restart_delay(config: &LoopConfig, failures: u32) -> Duration {
+        let index = usize::try_from(failures.saturating_sub(1)).unwrap_or(usize::MAX);
+        config
+            .restart_delays
+            .get(index)
+            .or(config.restart_delays.last())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Jittered delay after the `conflicts`-th consecutive conflict (1-based): exponential from
+    /// `conflict_base`, capped at `conflict_cap`, then scaled by a random factor in [0.5, 1.0) so
+    /// that racing writers spread out.
+    pub fn conflict_delay(config: &LoopConfig, conflicts: u32, rng: &mut impl Rng) -> Duration {
+        let doublings = conflicts.saturating_sub(1).min(20);
+        let full = config
+            .conflict_base
+            .saturating_mul(1u32 << doublings)
+            .min(config.conflict_cap);
+        full.mul_f64(rng.random_range(0.5..1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    #[test]
+    fn restart_delays_follow_the_documented_schedule() {
+        let config = LoopConfig::default();
+        let delays: Vec<u128> = (1..=8)
+            .map(|n| Backoff::restart_delay(&config, n).as_millis())
+            .collect();
+        assert_eq!(delays, [100, 500, 1000, 2000, 5000, 30000, 30000, 30000]);
+    }
+
+    #[test]
+    fn conflict_delays_grow_are_capped_and_jittered() {
+        let config = LoopConfig::default();
+        let mut rng = SmallRng::seed_from_u64(7);
+        for n in 1..30 {
+            let full = config
+                .conflict_base
+                .saturating_mul(1 << (n - 1).min(20))
+                .min(config.conflict_cap);
+            let d = Backoff::conflict_delay(&config, n, &mut rng);
+            assert!(d >= full / 2 && d < full, "attempt {n}: {d:?} vs {full:?}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! [`FactView`]: the immutable snapshot of facts a controller reconciles on.
+
+use imbl::OrdMap;
+
+use crate::{Fact, Key, Revision};
+
+/// An immutable, ordered snapshot of the facts under a controller's watched prefixes.
+///
+/// The runner keeps one view per controller, updates it in place from watch events (each update
+/// costs O(log n)) and hands the controller a clone, which is O(1): the map is persistent, so the
+/// snapshot and the live view share all unchanged nodes. A reconcile therefore never sees a fact
+/// change under it, and taking the snapshot does not cost time in proportion to its size.
+#[derive(Clone, Debug, Default)]
+pub struct FactView {
+    facts: OrdMap<Key, Fact>,
+    revision: Revision,
+}
+
+impl FactView {
+    /// An empty view at revision 0.
+    pub fn new() -> Self {
+        FactView::default()
+    }
+
+    /// A view holding `facts`, read at `revision`.
+    pub fn from_facts(revision: Revision, facts: impl IntoIterator<Item = Fact>) -> Self {
+        FactView {
+            facts: facts.into_iter().map(|f| (f.key.clone(), f)).collect(),
+            revision,
+        }
+    }
+
+    /// The store revision this view reflects: every change up to it is applied.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// The fact at `key`.
+    pub fn get(&self, key: &str) -> Option<&Fact> {
+        self.facts.get(key)
+    }
+
+    /// Whether `key` is present.
+    pub fn contains(&self, key: &str) -> bool {
+        self.facts.contains_key(key)
+    }
+
+    /// The facts whose key starts with `prefix`, in key order.
+    pub fn scan<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Fact> + 'a {
+        self.facts
+            .range::<_, str>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(_, fact)| fact)
+            .take_while(move |fact| fact.key.has_prefix(prefix))
+    }
+
+    /// Every fact, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &Fact> + '_ {
+        self.facts.values()
+    }
+
+    /// How many facts the view holds.
+    pub fn len(&self) -> usize {
+        self.facts.len()
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.facts.is_empty()
+    }
+
+    /// Inserts or replaces a fact (a put event).
+    pub fn insert(&mut self, fact: Fact) {
+        self.facts.insert(fact.key.clone(), fact);
+    }
+
+    /// Removes a fact (a delete event).
+    pub fn remove(&mut self, key: &str) -> Option<Fact> {
+        self.facts.remove(key)
+    }
+
+    /// Records that every change up to `revision` has been applied.
+    pub fn set_revision(&mut self, revision: Revision) {
+        self.revision = revision;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(key: &str, rev: u64) -> Fact {
+        Fact {
+            key: Key::new(key).unwrap(),
+            value: bytes::Bytes::from_static(b"v"),
+            create_revision: Revision(rev),
+            mod_revision: Revision(rev),
+            version: 1,
+            lease: None,
+        }
+    }
+
+    #[test]
+    fn scan_stops_at_the_end_of_the_prefix() {
+        let view = FactView::from_facts(
+            Revision(3),
+            [fact("a/1", 1), fact("b/1", 2), fact("b/2", 3), fact("c", 3)],
+        );
+        let keys: Vec<_> = view.scan("b/").map(|f| f.key.as_str()).collect();
+        assert_eq!(keys, ["b/1", "b/2"]);
+        assert_eq!(view.scan("").count(), 4);
+        assert_eq!(view.scan("z").count(), 0);
+    }
+
+    #[test]
+    fn snapshots_do_not_see_later_changes() {
+        let mut view = FactView::from_facts(Revision(1), [fact("a", 1)]);
+        let snapshot = view.clone();
+        view.insert(fact("b", 2));
+        view.remove("a");
+        assert!(snapshot.contains("a") && !snapshot.contains("b"));
+        assert!(!view.contains("a") && view.contains("b"));
+    }
+}

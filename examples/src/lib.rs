@@ -1,0 +1,1 @@
+//! Reference programs live in `src/bin`.
