@@ -37,6 +37,8 @@
 //!
 //! With no feature, this crate depends on no async runtime.
 
+#![deny(missing_docs)]
+
 pub mod clock;
 pub mod controller;
 pub mod error;

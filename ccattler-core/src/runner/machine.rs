@@ -1,0 +1,538 @@
+//! [`ControllerLoop`]: the deterministic heart of the runner.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use super::{Backoff, LoopConfig};
+use crate::{
+    Change, Compare, Fact, FactView, Op, ReconcileError, Revision, Scan, StoreError, Txn,
+    TxnResponse, WatchEvent,
+};
+
+/// After this many conflicts in a row the loop lists again instead of trusting its view.
+const CONFLICTS_BEFORE_RELIST: u32 = 5;
+
+/// What the driver must do next. Drain them with [`ControllerLoop::next_action`].
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Scan each prefix, then report every result (in order) with [`ControllerLoop::listed`].
+    List {
+        /// The prefixes to scan.
+        prefixes: Vec<String>,
+    },
+    /// Drop the current watches and watch each prefix from its revision. Report a watch that
+    /// cannot start, or that ends, with [`ControllerLoop::watch_failed`]; feed events with
+    /// [`ControllerLoop::event`].
+    Watch {
+        /// `(prefix, start revision)` pairs.
+        starts: Vec<(String, Revision)>,
+    },
+    /// Call the controller's reconcile on `view` and report with [`ControllerLoop::reconciled`].
+    Reconcile {
+        /// The immutable snapshot to reconcile on.
+        view: FactView,
+    },
+    /// Commit `txn` (after adding any fencing compares) and report with
+    /// [`ControllerLoop::committed`].
+    Commit {
+        /// The guarded transaction.
+        txn: Txn,
+    },
+    /// Something failed; the loop restarts (lists again) after `retry_in`. Log it.
+    Failed {
+        /// What failed, for people.
+        reason: String,
+        /// When the loop tries again.
+        retry_in: Duration,
+    },
+    /// The controller failed fatally: the driver must stop every controller and report it.
+    Fatal {
+        /// What failed, for people.
+        message: String,
+    },
+}
+
+/// Why a reconcile produced no changes.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReconcileFailure {
+    /// The controller returned an error.
+    Error(ReconcileError),
+    /// The controller panicked; the payload's message if it had one.
+    Panicked(String),
+}
+
+/// Counters of what a loop has done, for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    /// Reconciles started.
+    pub reconciles: u64,
+    /// Transactions committed successfully.
+    pub commits: u64,
+    /// Changes committed (after dropping no-ops).
+    pub changes: u64,
+    /// Commits that lost a race (a guard compare failed).
+    pub conflicts: u64,
+    /// Failures that led to a restart (errors, panics, rejected changes, store errors).
+    pub failures: u64,
+    /// Reconciles rejected because they wrote outside the write domain or a key twice.
+    pub rejected: u64,
+    /// Full lists (the first, resyncs, restarts and relists).
+    pub lists: u64,
+    /// Watch events applied to the view.
+    pub events: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    NeedList,
+    Listing,
+    Live,
+    Reconciling,
+    Committing,
+    Waiting { until: Duration, then: Resume },
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    List,
+    Reconcile,
+}
+
+/// The loop logic of one controller as a pure state machine.
+///
+/// # Expected flow
+///
+/// Inputs: [`tick`](Self::tick) (time moved), [`listed`](Self::listed), [`event`](Self::event),
+/// [`watch_failed`](Self::watch_failed), [`reconciled`](Self::reconciled),
+/// [`committed`](Self::committed). Outputs: [`next_action`](Self::next_action) until `None`, then
+/// wait for a watch event or for [`deadline`](Self::deadline). At most one list, reconcile or
+/// commit is outstanding at a time.
+///
+/// # Guarantees
+///
+/// - **Coalescing.** Any number of events that arrive while the loop is busy, or before the driver
+///   asks for the next action, lead to one reconcile.
+/// - **Guarded commits.** Every change is guarded by the mod revision the view had for its key
+///   (0 for a key the view does not hold), so a change to a key that moved since is a conflict, not
+///   a lost update. No-op changes (putting the value already held, deleting a missing key) are
+///   dropped before committing.
+/// - **Read your writes.** After a commit at revision C the loop applies its own changes to the
+///   view at C, so the next reconcile sees them even before the watch echoes them; echoes and any
+///   event older than what the view holds for a key are ignored.
+/// - **Write domain.** A reconcile that writes outside the controller's write domain, or writes
+///   one key twice, is rejected whole and counted as a failure.
+/// - **Determinism.** No clock, no I/O; jitter comes from a generator seeded at construction.
+///
+/// # Timing
+///
+/// Failures (errors, panics, rejected changes, store errors) restart the loop (a fresh list)
+/// after [`LoopConfig::restart_delays`]; a successful reconcile resets that schedule. Conflicts
+/// retry the reconcile after a jittered exponential delay, and list again after five in a row.
+/// Every [`LoopConfig::resync_interval`] the loop lists again.
+#[derive(Debug)]
+pub struct ControllerLoop {
+    prefixes: Vec<String>,
+    domain: Vec<String>,
+    config: LoopConfig,
+    max_changes: usize,
+    phase: Phase,
+    view: FactView,
+    dirty: bool,
+    relist_after_busy: bool,
+    now: Duration,
+    next_resync: Duration,
+    failures: u32,
+    conflicts: u32,
+    rng: SmallRng,
+    in_flight: Vec<Change>,
+    truncated: bool,
+    outbox: VecDeque<Action>,
+    stats: LoopStats,
+}
+
+impl ControllerLoop {
+    /// A loop for a controller that reads `watches` and writes `write_domain`.
+    ///
+    /// The loop watches the union of both, since it must know the current revision of every key
+    /// it writes in order to guard the write. `seed` drives the conflict jitter.
+    pub fn new(
+        watches: Vec<String>,
+        write_domain: Vec<String>,
+        config: LoopConfig,
+        seed: u64,
+    ) -> Self {
+        let mut prefixes: Vec<String> = watches.into_iter().chain(write_domain.clone()).collect();
+        prefixes.sort();
+        prefixes.dedup();
+        // A prefix covered by a shorter one would deliver every event twice.
+        let covered: Vec<String> = prefixes
+            .iter()
+            .filter(|p| {
+                prefixes
+                    .iter()
+                    .any(|q| q != *p && p.starts_with(q.as_str()))
+            })
+            .cloned()
+            .collect();
+        prefixes.retain(|p| !covered.contains(p));
+        ControllerLoop {
+            prefixes,
+            domain: write_domain,
+            config,
+            max_changes: usize::MAX,
+            phase: Phase::NeedList,
+            view: FactView::new(),
+            dirty: false,
+            relist_after_busy: false,
+            now: Duration::ZERO,
+            next_resync: Duration::MAX,
+            failures: 0,
+            conflicts: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            in_flight: Vec::new(),
+            truncated: false,
+            outbox: VecDeque::new(),
+            stats: LoopStats::default(),
+        }
+    }
+
+    /// Limits how many changes go into one transaction (the store's op limit minus any fencing
+    /// compares). A reconcile that returns more is committed in its first changes, then the loop
+    /// reconciles again.
+    pub fn set_max_changes(&mut self, max: usize) {
+        self.max_changes = max.max(1);
+    }
+
+    /// The prefixes the loop lists and watches.
+    pub fn prefixes(&self) -> &[String] {
+        &self.prefixes
+    }
+
+    /// The live view (not a snapshot handed to a reconcile).
+    pub fn view(&self) -> &FactView {
+        &self.view
+    }
+
+    /// What the loop has done so far.
+    pub fn stats(&self) -> LoopStats {
+        self.stats
+    }
+
+    /// Whether the loop stopped for good after a fatal error.
+    pub fn is_stopped(&self) -> bool {
+        self.phase == Phase::Stopped
+    }
+
+    /// Whether the loop has nothing to do until an event arrives or its deadline passes.
+    pub fn is_idle(&self) -> bool {
+        self.outbox.is_empty()
+            && match self.phase {
+                Phase::Live => !self.dirty,
+                Phase::Waiting { .. } | Phase::Stopped => true,
+                _ => false,
+            }
+    }
+
+    /// The next time at which [`tick`](Self::tick) has work to do, if any.
+    pub fn deadline(&self) -> Option<Duration> {
+        match self.phase {
+            Phase::Waiting { until, .. } => Some(until),
+            Phase::Live => Some(self.next_resync),
+            _ => None,
+        }
+    }
+
+    /// Time moved to `now` (monotonic, from the driver's origin).
+    pub fn tick(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        match self.phase {
+            Phase::Waiting { until, then } if self.now >= until => {
+                self.phase = match then {
+                    Resume::List => Phase::NeedList,
+                    Resume::Reconcile => {
+                        self.dirty = true;
+                        Phase::Live
+                    }
+                };
+            }
+            Phase::Live if self.now >= self.next_resync => self.phase = Phase::NeedList,
+            _ => {}
+        }
+    }
+
+    /// The next thing the driver must do, or `None` when the loop waits.
+    pub fn next_action(&mut self) -> Option<Action> {
+        if let Some(action) = self.outbox.pop_front() {
+            return Some(action);
+        }
+        match self.phase {
+            Phase::NeedList => {
+                self.phase = Phase::Listing;
+                self.stats.lists += 1;
+                Some(Action::List {
+                    prefixes: self.prefixes.clone(),
+                })
+            }
+            Phase::Live if self.dirty => {
+                self.phase = Phase::Reconciling;
+                self.dirty = false;
+                self.stats.reconciles += 1;
+                Some(Action::Reconcile {
+                    view: self.view.clone(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The result of an [`Action::List`]: one scan per prefix, in order.
+    pub fn listed(&mut self, result: Result<Vec<Scan>, StoreError>) {
+        if self.phase != Phase::Listing {
+            return;
+        }
+        match result {
+            Ok(scans) => {
+                let revision = scans.iter().map(|s| s.revision).max().unwrap_or_default();
+                let starts = self
+                    .prefixes
+                    .iter()
+                    .zip(&scans)
+                    .map(|(prefix, scan)| (prefix.clone(), scan.revision.next()))
+                    .collect();
+                let facts = scans.into_iter().flat_map(|s| s.facts);
+                self.view = FactView::from_facts(revision, facts);
+                self.outbox.push_back(Action::Watch { starts });
+                self.phase = Phase::Live;
+                self.dirty = true;
+                self.relist_after_busy = false;
+                self.next_resync = self.now.saturating_add(self.config.resync_interval);
+            }
+            Err(err) => self.fail(format!("listing failed: {err}")),
+        }
+    }
+
+    /// A watch event arrived. Call it for every event available before asking for the next action,
+    /// so bursts coalesce into one reconcile.
+    pub fn event(&mut self, event: WatchEvent) {
+        if matches!(
+            self.phase,
+            Phase::NeedList | Phase::Listing | Phase::Stopped
+        ) {
+            return; // the list about to happen, or just made, supersedes it
+        }
+        let revision = event.revision();
+        let held = self.view.get(event.key().as_str()).map(|f| f.mod_revision);
+        if held.is_some_and(|held| held >= revision) {
+            return; // our own commit's echo, or older than what we hold
+        }
+        match event.kind {
+            crate::EventKind::Put => self.view.insert(event.fact),
+            crate::EventKind::Delete => {
+                self.view.remove(event.fact.key.as_str());
+            }
+        }
+        if revision > self.view.revision() {
+            self.view.set_revision(revision);
+        }
+        self.stats.events += 1;
+        self.dirty = true;
+    }
+
+    /// A watch could not start or ended. A compaction means "list again" at once; any other
+    /// failure restarts the loop with backoff.
+    pub fn watch_failed(&mut self, error: StoreError) {
+        match self.phase {
+            Phase::NeedList | Phase::Listing | Phase::Stopped => {}
+            Phase::Waiting { until, .. } => {
+                self.phase = Phase::Waiting {
+                    until,
+                    then: Resume::List,
+                };
+            }
+            Phase::Reconciling | Phase::Committing => self.relist_after_busy = true,
+            Phase::Live => {
+                if matches!(error, StoreError::Compacted { .. }) {
+                    self.phase = Phase::NeedList;
+                } else {
+                    self.fail(format!("watch failed: {error}"));
+                }
+            }
+        }
+    }
+
+    /// The result of an [`Action::Reconcile`].
+    pub fn reconciled(&mut self, result: Result<Vec<Change>, ReconcileFailure>) {
+        if self.phase != Phase::Reconciling {
+            return;
+        }
+        let changes = match result {
+            Ok(changes) => changes,
+            Err(ReconcileFailure::Error(ReconcileError::Fatal { message })) => {
+                self.phase = Phase::Stopped;
+                self.outbox.push_back(Action::Fatal { message });
+                return;
+            }
+            Err(ReconcileFailure::Error(err)) => return self.fail(error_chain(&err)),
+            Err(ReconcileFailure::Panicked(message)) => {
+                return self.fail(format!("reconcile panicked: {message}"));
+            }
+        };
+        if let Err(reason) = self.check_changes(&changes) {
+            self.stats.rejected += 1;
+            return self.fail(reason);
+        }
+        let mut effective: Vec<Change> = changes
+            .into_iter()
+            .filter(|change| !self.is_noop(change))
+            .collect();
+        if effective.is_empty() {
+            self.failures = 0;
+            self.conflicts = 0;
+            return self.finish_busy();
+        }
+        self.truncated = effective.len() > self.max_changes;
+        effective.truncate(self.max_changes);
+        let mut txn = Txn::new();
+        for change in &effective {
+            let held = self
+                .view
+                .get(change.key().as_str())
+                .map(|f| f.mod_revision)
+                .unwrap_or_default();
+            txn.compares
+                .push(Compare::mod_revision(change.key().clone(), held));
+            txn.then.push(match change {
+                Change::Put { key, value } => Op::put(key.clone(), value.clone()),
+                Change::Delete { key } => Op::delete(key.clone()),
+            });
+        }
+        self.in_flight = effective;
+        self.phase = Phase::Committing;
+        self.outbox.push_back(Action::Commit { txn });
+    }
+
+    /// The result of an [`Action::Commit`].
+    pub fn committed(&mut self, result: Result<TxnResponse, StoreError>) {
+        if self.phase != Phase::Committing {
+            return;
+        }
+        let changes = std::mem::take(&mut self.in_flight);
+        match result {
+            Ok(response) if response.succeeded => {
+                self.stats.commits += 1;
+                self.stats.changes += changes.len() as u64;
+                self.failures = 0;
+                self.conflicts = 0;
+                self.apply_own(changes, response.revision);
+                if self.truncated {
+                    self.dirty = true;
+                }
+                self.finish_busy();
+            }
+            Ok(_) => {
+                self.stats.conflicts += 1;
+                self.conflicts += 1;
+                if self.conflicts >= CONFLICTS_BEFORE_RELIST || self.relist_after_busy {
+                    self.conflicts = 0;
+                    self.phase = Phase::NeedList;
+                } else {
+                    let delay =
+                        Backoff::conflict_delay(&self.config, self.conflicts, &mut self.rng);
+                    self.phase = Phase::Waiting {
+                        until: self.now.saturating_add(delay),
+                        then: Resume::Reconcile,
+                    };
+                }
+            }
+            Err(err) => self.fail(format!("commit failed: {err}")),
+        }
+    }
+
+    fn finish_busy(&mut self) {
+        self.phase = if self.relist_after_busy {
+            Phase::NeedList
+        } else {
+            Phase::Live
+        };
+    }
+
+    fn fail(&mut self, reason: String) {
+        self.failures = self.failures.saturating_add(1);
+        self.stats.failures += 1;
+        let retry_in = Backoff::restart_delay(&self.config, self.failures);
+        self.in_flight.clear();
+        self.phase = Phase::Waiting {
+            until: self.now.saturating_add(retry_in),
+            then: Resume::List,
+        };
+        self.outbox.push_back(Action::Failed { reason, retry_in });
+    }
+
+    fn check_changes(&self, changes: &[Change]) -> Result<(), String> {
+        let mut seen = HashSet::with_capacity(changes.len());
+        for change in changes {
+            let key = change.key();
+            if !self.domain.iter().any(|p| key.has_prefix(p)) {
+                return Err(format!(
+                    "rejected a change to {key}, outside the write domain {:?}",
+                    self.domain
+                ));
+            }
+            if !seen.insert(key.as_str()) {
+                return Err(format!("rejected a reconcile that changes {key} twice"));
+            }
+        }
+        Ok(())
+    }
+
+    fn is_noop(&self, change: &Change) -> bool {
+        let held = self.view.get(change.key().as_str());
+        match change {
+            Change::Put { value, .. } => {
+                held.is_some_and(|f| f.value == value && f.lease.is_none())
+            }
+            Change::Delete { .. } => held.is_none(),
+        }
+    }
+
+    fn apply_own(&mut self, changes: Vec<Change>, revision: Revision) {
+        for change in changes {
+            match change {
+                Change::Put { key, value } => {
+                    let held = self.view.get(key.as_str());
+                    let fact = Fact {
+                        create_revision: held.map_or(revision, |f| f.create_revision),
+                        version: held.map_or(1, |f| f.version + 1),
+                        mod_revision: revision,
+                        lease: None,
+                        key,
+                        value,
+                    };
+                    self.view.insert(fact);
+                }
+                Change::Delete { key } => {
+                    self.view.remove(key.as_str());
+                }
+            }
+        }
+        if revision > self.view.revision() {
+            self.view.set_revision(revision);
+        }
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

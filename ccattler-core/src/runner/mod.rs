@@ -4,11 +4,36 @@
 //! watch events, reconcile results, commit results, clock ticks) and drained of [`Action`]s. It
 //! reads no clock and does no I/O, so the tokio runner (feature `tokio`) and the simulated runner
 //! in `ccattler-testkit` share it, and tests step it on virtual time.
+//!
+//! | item | role |
+//! |---|---|
+//! | [`ControllerLoop`], [`Action`] | the deterministic loop of one controller |
+//! | [`LoopConfig`], [`Backoff`] | timing: resync, restart and conflict backoff |
+//! | [`LeaderElection`], [`Leadership`], [`NoElection`] | who may commit, and the fencing compares |
+//! | `TokioRunner` (feature `tokio`) | runs controllers on tokio |
+//! | `LeaseElection` (feature `tokio`) | leader election on store leases |
 
 mod backoff;
+mod leader;
+mod machine;
+#[cfg(test)]
+mod machine_tests;
+
+#[cfg(feature = "tokio")]
+mod driver;
+#[cfg(feature = "tokio")]
+mod lease_election;
+#[cfg(feature = "tokio")]
+mod tokio_runner;
 
 pub use backoff::{Backoff, LoopConfig};
-// machine: pending
+pub use leader::{LeaderElection, Leadership, NoElection};
+pub use machine::{Action, ControllerLoop, LoopStats, ReconcileFailure};
+
+#[cfg(feature = "tokio")]
+pub use lease_election::{LeaseElection, LeaseElectionConfig};
+#[cfg(feature = "tokio")]
+pub use tokio_runner::{RunnerError, TokioRunner};
 
 use std::future::Future;
 

@@ -1,0 +1,205 @@
+//! The tokio driver of one [`ControllerLoop`]: performs its actions against a store.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use futures_util::stream::SelectAll;
+use futures_util::{FutureExt, StreamExt};
+use tokio::sync::watch;
+
+use super::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
+use crate::{Compare, Controller, FactStore, RandomIds, ReconcileContext, Scan, StoreError, Txn};
+
+/// Why a controller task ended.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// Cancelled by the runner (shutdown or leadership change).
+    Cancelled,
+    /// The controller failed fatally.
+    Fatal(String),
+    /// A commit was rejected because this replica no longer leads.
+    LeadershipLost,
+}
+
+/// Everything one controller task needs.
+pub(crate) struct Task<S> {
+    pub store: S,
+    pub controller: Arc<dyn Controller>,
+    pub fences: Vec<Compare>,
+    pub config: LoopConfig,
+    pub seed: u64,
+    pub cancel: watch::Receiver<bool>,
+}
+
+impl<S: FactStore> Task<S> {
+    /// Runs the loop until cancelled, a fatal error, or lost leadership.
+    pub async fn run(mut self) -> Exit {
+        let name = self.controller.name().to_owned();
+        let mut machine = ControllerLoop::new(
+            self.controller.watches(),
+            self.controller.write_domain(),
+            self.config.clone(),
+            self.seed,
+        );
+        let limit = self.store.limits().max_txn_ops;
+        machine.set_max_changes(limit.saturating_sub(self.fences.len()));
+        let mut ids = RandomIds::from_entropy();
+        let origin = tokio::time::Instant::now();
+        let mut watches: SelectAll<S::Watch> = SelectAll::new();
+        let mut pending_events: u64 = 0;
+        loop {
+            machine.tick(origin.elapsed());
+            while let Some(action) = machine.next_action() {
+                match action {
+                    Action::List { prefixes } => {
+                        let listed = list(&self.store, &prefixes).await;
+                        machine.listed(listed);
+                    }
+                    Action::Watch { starts } => {
+                        watches = SelectAll::new();
+                        for (prefix, start) in starts {
+                            match self.store.watch(&prefix, start).await {
+                                Ok(watch) => watches.push(watch),
+                                Err(err) => {
+                                    machine.watch_failed(err);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Action::Reconcile { view } => {
+                        metrics::gauge!("ccattler_queue_depth", "controller" => name.clone())
+                            .set(pending_events as f64);
+                        pending_events = 0;
+                        let span = tracing::debug_span!(
+                            "reconcile",
+                            controller = %name,
+                            revision = %view.revision(),
+                            facts = view.len()
+                        );
+                        let _entered = span.enter();
+                        let started = Instant::now();
+                        let mut ctx = ReconcileContext::new(SystemTime::now(), &mut ids);
+                        let controller = &self.controller;
+                        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            controller.reconcile(&view, &mut ctx)
+                        }));
+                        let result = match outcome {
+                            Ok(result) => result.map_err(ReconcileFailure::Error),
+                            Err(payload) => {
+                                Err(ReconcileFailure::Panicked(panic_message(&payload)))
+                            }
+                        };
+                        metrics::counter!("ccattler_reconciles_total", "controller" => name.clone())
+                            .increment(1);
+                        metrics::histogram!(
+                            "ccattler_reconcile_duration_seconds",
+                            "controller" => name.clone()
+                        )
+                        .record(started.elapsed().as_secs_f64());
+                        machine.reconciled(result);
+                    }
+                    Action::Commit { mut txn } => {
+                        let changes = txn.then.len() as u64;
+                        txn.compares.extend(self.fences.iter().cloned());
+                        let result = self.store.txn(txn).await;
+                        match &result {
+                            Ok(response) if response.succeeded => {
+                                metrics::counter!("ccattler_changes_committed_total", "controller" => name.clone())
+                                    .increment(changes);
+                            }
+                            Ok(_) => {
+                                if !self.fences_hold().await {
+                                    tracing::warn!(controller = %name, "commit rejected by the leader fence");
+                                    return Exit::LeadershipLost;
+                                }
+                                metrics::counter!("ccattler_commit_conflicts_total", "controller" => name.clone())
+                                    .increment(1);
+                                tracing::debug!(controller = %name, "commit conflict; retrying");
+                            }
+                            Err(_) => {}
+                        }
+                        machine.committed(result);
+                    }
+                    Action::Failed { reason, retry_in } => {
+                        metrics::counter!("ccattler_controller_failures_total", "controller" => name.clone())
+                            .increment(1);
+                        tracing::warn!(controller = %name, retry_in = ?retry_in, "{reason}");
+                    }
+                    Action::Fatal { message } => {
+                        tracing::error!(controller = %name, "fatal: {message}");
+                        return Exit::Fatal(message);
+                    }
+                }
+                machine.tick(origin.elapsed());
+            }
+            let deadline = machine.deadline().and_then(|d| origin.checked_add(d));
+            tokio::select! {
+                biased;
+                _ = self.cancel.changed() => return Exit::Cancelled,
+                item = watches.next(), if !watches.is_empty() => {
+                    let mut item = item;
+                    // Drain everything already delivered so a burst makes one reconcile.
+                    loop {
+                        match item {
+                            Some(Ok(event)) => {
+                                pending_events += 1;
+                                machine.event(event);
+                            }
+                            Some(Err(err)) => {
+                                machine.watch_failed(err);
+                                break;
+                            }
+                            None => {
+                                machine.watch_failed(StoreError::unavailable("watch ended"));
+                                break;
+                            }
+                        }
+                        match watches.next().now_or_never() {
+                            Some(next) => item = next,
+                            None => break,
+                        }
+                    }
+                }
+                _ = sleep_until(deadline), if deadline.is_some() => {}
+            }
+        }
+    }
+
+    /// Whether this replica's fences still hold (a transaction with no operations).
+    async fn fences_hold(&self) -> bool {
+        if self.fences.is_empty() {
+            return true;
+        }
+        let check = Txn {
+            compares: self.fences.clone(),
+            ..Txn::default()
+        };
+        // On a store error we cannot tell; keep going and let the next commit decide.
+        self.store.txn(check).await.map_or(true, |r| r.succeeded)
+    }
+}
+
+async fn list<S: FactStore>(store: &S, prefixes: &[String]) -> Result<Vec<Scan>, StoreError> {
+    let mut scans = Vec::with_capacity(prefixes.len());
+    for prefix in prefixes {
+        scans.push(store.scan(prefix).await?);
+    }
+    Ok(scans)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}

@@ -1,0 +1,402 @@
+//! Deterministic tests of [`ControllerLoop`], stepped on virtual time.
+
+use std::time::Duration;
+
+use super::*;
+use crate::{
+    Change, CompareTarget, EventKind, Fact, Key, ReconcileError, Revision, Scan, StoreError,
+    TxnResponse, WatchEvent,
+};
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+fn fact(k: &str, v: &str, rev: u64) -> Fact {
+    Fact {
+        key: key(k),
+        value: v.to_owned().into(),
+        create_revision: Revision(rev),
+        mod_revision: Revision(rev),
+        version: 1,
+        lease: None,
+    }
+}
+
+fn put_event(k: &str, v: &str, rev: u64) -> WatchEvent {
+    WatchEvent {
+        kind: EventKind::Put,
+        fact: fact(k, v, rev),
+        prev: None,
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A loop over `in/` writing `out/`, listed at revision 10 with `in/a`.
+fn live_loop() -> ControllerLoop {
+    let mut l = ControllerLoop::new(
+        vec!["in/".into()],
+        vec!["out/".into()],
+        LoopConfig::default(),
+        1,
+    );
+    assert!(
+        matches!(l.next_action(), Some(Action::List { prefixes }) if prefixes == ["in/", "out/"])
+    );
+    l.listed(Ok(vec![
+        Scan {
+            revision: Revision(10),
+            facts: vec![fact("in/a", "1", 5)],
+        },
+        Scan {
+            revision: Revision(10),
+            facts: vec![],
+        },
+    ]));
+    match l.next_action() {
+        Some(Action::Watch { starts }) => assert_eq!(
+            starts,
+            [("in/".into(), Revision(11)), ("out/".into(), Revision(11))]
+        ),
+        other => panic!("expected watch, got {other:?}"),
+    }
+    l
+}
+
+fn expect_reconcile(l: &mut ControllerLoop) -> crate::FactView {
+    match l.next_action() {
+        Some(Action::Reconcile { view }) => view,
+        other => panic!("expected reconcile, got {other:?}"),
+    }
+}
+
+fn expect_commit(l: &mut ControllerLoop) -> crate::Txn {
+    match l.next_action() {
+        Some(Action::Commit { txn }) => txn,
+        other => panic!("expected commit, got {other:?}"),
+    }
+}
+
+fn expect_failed(l: &mut ControllerLoop) -> (String, Duration) {
+    match l.next_action() {
+        Some(Action::Failed { reason, retry_in }) => (reason, retry_in),
+        other => panic!("expected failure, got {other:?}"),
+    }
+}
+
+fn ok(revision: u64) -> Result<TxnResponse, StoreError> {
+    Ok(TxnResponse {
+        succeeded: true,
+        revision: Revision(revision),
+    })
+}
+
+fn conflict() -> Result<TxnResponse, StoreError> {
+    Ok(TxnResponse {
+        succeeded: false,
+        revision: Revision(99),
+    })
+}
+
+#[test]
+fn nested_prefixes_are_watched_once() {
+    let l = ControllerLoop::new(
+        vec!["a/".into(), "a/b/".into(), "c".into()],
+        vec!["a/b/".into()],
+        LoopConfig::default(),
+        0,
+    );
+    assert_eq!(l.prefixes(), ["a/", "c"]);
+}
+
+#[test]
+fn lists_watches_then_reconciles_the_listed_view() {
+    let mut l = live_loop();
+    let view = expect_reconcile(&mut l);
+    assert_eq!(view.revision(), Revision(10));
+    assert!(view.contains("in/a"));
+    l.reconciled(Ok(vec![]));
+    assert!(l.next_action().is_none());
+    assert!(l.is_idle());
+}
+
+#[test]
+fn a_burst_of_events_makes_one_reconcile() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    for (i, k) in ["in/b", "in/c", "in/d"].into_iter().enumerate() {
+        l.event(put_event(k, "x", 11 + i as u64));
+    }
+    l.reconciled(Ok(vec![]));
+    let view = expect_reconcile(&mut l);
+    assert_eq!(view.len(), 4);
+    assert_eq!(view.revision(), Revision(13));
+    l.reconciled(Ok(vec![]));
+    assert!(
+        l.next_action().is_none(),
+        "one reconcile for the whole burst"
+    );
+    assert_eq!(l.stats().reconciles, 2);
+}
+
+#[test]
+fn commits_are_guarded_by_the_revisions_read_and_read_back_at_once() {
+    let mut l = live_loop();
+    l.event(put_event("out/a", "old", 11));
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![
+        Change::put(key("out/a"), "new"),
+        Change::put(key("out/b"), "fresh"),
+        Change::delete(key("out/missing")), // no-op: dropped
+    ]));
+    let txn = expect_commit(&mut l);
+    let guards: Vec<_> = txn
+        .compares
+        .iter()
+        .map(|c| (c.key.as_str(), c.target.clone()))
+        .collect();
+    assert_eq!(
+        guards,
+        [
+            ("out/a", CompareTarget::ModRevision(Revision(11))),
+            ("out/b", CompareTarget::ModRevision(Revision::ZERO)),
+        ]
+    );
+    assert_eq!(txn.then.len(), 2);
+    l.committed(ok(12));
+    let view = l.view();
+    assert_eq!(view.get("out/a").unwrap().value, "new");
+    assert_eq!(view.get("out/a").unwrap().version, 2);
+    assert_eq!(view.get("out/b").unwrap().create_revision, Revision(12));
+    // The watch echoes our own commit: nothing new to do.
+    l.event(put_event("out/a", "new", 12));
+    l.event(put_event("out/b", "fresh", 12));
+    assert!(
+        l.next_action().is_none(),
+        "echoes of our own commit are ignored"
+    );
+    assert_eq!(l.stats().changes, 2);
+}
+
+#[test]
+fn putting_the_value_already_held_commits_nothing() {
+    let mut l = live_loop();
+    l.event(put_event("out/a", "same", 11));
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/a"), "same")]));
+    assert!(l.next_action().is_none());
+    assert_eq!(l.stats().commits, 0);
+}
+
+#[test]
+fn writes_outside_the_domain_are_rejected_whole_and_restart_with_backoff() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![
+        Change::put(key("out/ok"), "1"),
+        Change::put(key("in/a"), "hijack"),
+    ]));
+    let (reason, retry_in) = expect_failed(&mut l);
+    assert!(
+        reason.contains("in/a") && reason.contains("write domain"),
+        "{reason}"
+    );
+    assert_eq!(retry_in, ms(100));
+    assert!(l.next_action().is_none());
+    assert_eq!(l.stats().rejected, 1);
+    l.tick(ms(99));
+    assert!(l.next_action().is_none(), "not before the delay");
+    l.tick(ms(100));
+    assert!(matches!(l.next_action(), Some(Action::List { .. })));
+}
+
+#[test]
+fn a_reconcile_that_writes_a_key_twice_is_rejected() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![
+        Change::put(key("out/a"), "1"),
+        Change::delete(key("out/a")),
+    ]));
+    let (reason, _) = expect_failed(&mut l);
+    assert!(reason.contains("twice"), "{reason}");
+}
+
+#[test]
+fn failures_restart_on_the_documented_schedule_and_success_resets_it() {
+    let mut l = live_loop();
+    let mut now = Duration::ZERO;
+    let mut delays = Vec::new();
+    for _ in 0..7 {
+        expect_reconcile(&mut l);
+        l.reconciled(Err(ReconcileFailure::Error(ReconcileError::failed("boom"))));
+        let (_, retry_in) = expect_failed(&mut l);
+        delays.push(retry_in.as_millis());
+        now += retry_in;
+        l.tick(now);
+        assert!(matches!(l.next_action(), Some(Action::List { .. })));
+        l.listed(Ok(vec![Scan::default(), Scan::default()]));
+        assert!(matches!(l.next_action(), Some(Action::Watch { .. })));
+    }
+    assert_eq!(delays, [100, 500, 1000, 2000, 5000, 30000, 30000]);
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![]));
+    l.event(put_event("in/z", "1", 20));
+    expect_reconcile(&mut l);
+    l.reconciled(Err(ReconcileFailure::Panicked("oops".into())));
+    let (reason, retry_in) = expect_failed(&mut l);
+    assert!(reason.contains("panicked: oops"));
+    assert_eq!(retry_in, ms(100), "a success resets the schedule");
+}
+
+#[test]
+fn conflicts_retry_with_jittered_growing_delays_then_relist() {
+    let mut l = live_loop();
+    let mut now = Duration::ZERO;
+    let mut waits = Vec::new();
+    for attempt in 1..=5 {
+        expect_reconcile(&mut l);
+        l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+        expect_commit(&mut l);
+        l.committed(conflict());
+        if attempt == 5 {
+            break;
+        }
+        assert!(l.next_action().is_none(), "waits before retrying");
+        let until = l.deadline().unwrap();
+        waits.push(until - now);
+        now = until;
+        l.tick(now);
+    }
+    assert!(
+        matches!(l.next_action(), Some(Action::List { .. })),
+        "relists after 5 conflicts"
+    );
+    assert_eq!(l.stats().conflicts, 5);
+    for (i, wait) in waits.iter().enumerate() {
+        let full = ms(5) * (1 << i);
+        assert!(*wait >= full / 2 && *wait < full, "attempt {i}: {wait:?}");
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_jitter() {
+    let run = || {
+        let mut l = live_loop();
+        expect_reconcile(&mut l);
+        l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+        expect_commit(&mut l);
+        l.committed(conflict());
+        l.deadline()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn resyncs_every_thirty_seconds() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![]));
+    assert_eq!(l.deadline(), Some(Duration::from_secs(30)));
+    l.tick(Duration::from_secs(29));
+    assert!(l.next_action().is_none());
+    l.tick(Duration::from_secs(30));
+    assert!(matches!(l.next_action(), Some(Action::List { .. })));
+    assert_eq!(l.stats().lists, 2);
+}
+
+#[test]
+fn a_compacted_watch_relists_at_once_and_other_watch_errors_back_off() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![]));
+    l.watch_failed(StoreError::Compacted {
+        requested: Revision(11),
+        earliest: Revision(50),
+    });
+    assert!(matches!(l.next_action(), Some(Action::List { .. })));
+
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![]));
+    l.watch_failed(StoreError::unavailable("connection reset"));
+    let (reason, retry_in) = expect_failed(&mut l);
+    assert!(reason.contains("connection reset"));
+    assert_eq!(retry_in, ms(100));
+}
+
+#[test]
+fn a_watch_failure_during_a_reconcile_relists_after_it() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.watch_failed(StoreError::Compacted {
+        requested: Revision(11),
+        earliest: Revision(50),
+    });
+    l.reconciled(Ok(vec![]));
+    assert!(matches!(l.next_action(), Some(Action::List { .. })));
+}
+
+#[test]
+fn more_changes_than_one_transaction_takes_are_committed_in_passes() {
+    let mut l = live_loop();
+    l.set_max_changes(2);
+    let all: Vec<Change> = (0..5)
+        .map(|i| Change::put(key(&format!("out/{i}")), "v"))
+        .collect();
+    let mut revision = 20;
+    let mut committed = 0;
+    while let Some(Action::Reconcile { view }) = l.next_action() {
+        let missing: Vec<Change> = all
+            .iter()
+            .filter(|c| !view.contains(c.key().as_str()))
+            .cloned()
+            .collect();
+        l.reconciled(Ok(missing));
+        match l.next_action() {
+            Some(Action::Commit { txn }) => {
+                assert!(txn.then.len() <= 2);
+                committed += txn.then.len();
+                revision += 1;
+                l.committed(ok(revision));
+            }
+            None => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(committed, 5);
+    assert_eq!(l.stats().commits, 3);
+}
+
+#[test]
+fn a_fatal_error_stops_the_loop() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Err(ReconcileFailure::Error(ReconcileError::fatal(
+        "corrupt",
+    ))));
+    assert!(matches!(l.next_action(), Some(Action::Fatal { message }) if message == "corrupt"));
+    assert!(l.is_stopped());
+    l.event(put_event("in/q", "1", 30));
+    assert!(l.next_action().is_none());
+}
+
+#[test]
+fn stale_events_do_not_overwrite_newer_facts() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![]));
+    l.event(put_event("in/a", "stale", 4));
+    assert!(l.next_action().is_none());
+    assert_eq!(l.view().get("in/a").unwrap().value, "1");
+    l.event(WatchEvent {
+        kind: EventKind::Delete,
+        fact: fact("in/a", "", 12),
+        prev: Some(fact("in/a", "1", 5)),
+    });
+    assert!(!l.view().contains("in/a"));
+    expect_reconcile(&mut l);
+}
