@@ -28,7 +28,7 @@ use futures_core::Stream;
 /// # Caveats
 ///
 /// A prefixed key must still fit within [`MAX_KEY_LEN`](ccattler_core::key::MAX_KEY_LEN).
-/// The size of a [`Scan`] and the events of a watch are those under the prefix only, but
+/// Revisions are global: a namespace sees the revision jump when another namespace writes, and
 /// [`compact`](FactStore::compact) compacts the whole inner store.
 ///
 /// ```

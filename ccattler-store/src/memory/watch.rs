@@ -441,6 +441,35 @@ mod tests {
     }
 
     #[test]
+    fn a_parked_reader_on_another_thread_is_woken() {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let store = MemoryStore::with_config(MemoryConfig::default().watch_buffer(4));
+        let mut watch = block_on(store.watch("", Revision::ZERO)).unwrap();
+        let reader = std::thread::spawn(move || {
+            let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+            let mut revs = Vec::new();
+            while revs.len() < 100 {
+                match poll_with(&mut watch, &waker) {
+                    Poll::Ready(Some(Ok(event))) => revs.push(event.revision().0),
+                    Poll::Ready(other) => panic!("watch ended: {other:?}"),
+                    Poll::Pending => std::thread::park(),
+                }
+            }
+            revs
+        });
+        for i in 0..100 {
+            put(&store, "k", &i.to_string());
+        }
+        let revs = reader.join().unwrap();
+        assert_eq!(revs, (1..=100).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn dropping_the_stream_unregisters_it() {
         let store = MemoryStore::new();
         let watch = block_on(store.watch("", Revision::ZERO)).unwrap();
