@@ -48,6 +48,12 @@ pub enum KeyError {
     /// The key contains `//` or ends with `/`.
     #[error("key {0:?} has an empty path segment (`//` or a trailing `/`); remove it")]
     EmptySegment(String),
+    /// A namespace prefix does not end with `/`.
+    #[error(
+        "namespace prefix {0:?} must end with `/` (like `cluster-a/`), so that one namespace \
+         never holds another's keys"
+    )]
+    NamespaceWithoutSlash(String),
     /// The key is longer than [`MAX_KEY_LEN`].
     #[error("key of {len} bytes is longer than the limit of {MAX_KEY_LEN} bytes")]
     TooLong {

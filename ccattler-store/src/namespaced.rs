@@ -61,7 +61,7 @@ impl<S: FactStore> Namespaced<S> {
     /// # Errors
     ///
     /// [`KeyError`] when `prefix` is empty ([`KeyError::Empty`]), does not end with `/`
-    /// ([`KeyError::EmptySegment`], as core has no variant for it yet), or is not a valid key
+    /// ([`KeyError::NamespaceWithoutSlash`]), or is not a valid key
     /// prefix.
     pub fn new(inner: S, prefix: &str) -> Result<Self, KeyError> {
         if prefix.is_empty() {
@@ -69,7 +69,7 @@ impl<S: FactStore> Namespaced<S> {
         }
         validate_prefix(prefix)?;
         if !prefix.ends_with('/') {
-            return Err(KeyError::EmptySegment(prefix.to_owned()));
+            return Err(KeyError::NamespaceWithoutSlash(prefix.to_owned()));
         }
         Ok(Namespaced {
             inner,

@@ -1,1 +1,0 @@
-//! Reference programs live in `src/bin`.
