@@ -27,6 +27,7 @@
 //! | [`controller`] | the [`Controller`] trait, [`Change`], [`ReconcileContext`], id sources |
 //! | [`clock`] | [`Clock`], [`SystemClock`], [`ManualClock`] |
 //! | [`runtime`] | the [`Runtime`] contract for node agents |
+//! | [`schema`] | the standard schema: service specs, instances, placements, nodes, the key table |
 //! | [`runner`] | the controller loop state machine, the [`Runner`] trait, leader election |
 //!
 //! ## Feature flags
@@ -46,6 +47,7 @@ pub mod fact;
 pub mod key;
 pub mod runner;
 pub mod runtime;
+pub mod schema;
 pub mod store;
 pub mod txn;
 pub mod view;

@@ -1,0 +1,200 @@
+//! Records the controllers and agents write: instances, placements, nodes, endpoints, status.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cpu, Memory};
+
+/// `intent/autoscaler/{svc}`: the autoscaler's recommended instance count.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScaleIntent {
+    /// Recommended instances (the intent resolver clamps it to the scale bounds).
+    pub instances: u32,
+}
+
+/// `effective/service/{svc}`: the instance count and spec version in force.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectiveService {
+    /// Instances that should exist.
+    pub instances: u32,
+    /// The spec version instances must run ([`ServiceSpec::version`](super::ServiceSpec::version)).
+    pub version: String,
+}
+
+/// Whether a desired instance should run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DesiredState {
+    /// It should run (the default).
+    #[default]
+    Running,
+    /// It should be stopped; the fact goes once the agent reports it gone.
+    Stopped,
+}
+
+/// `desired/instance/{id}`: one instance that should exist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredInstance {
+    /// The service it belongs to.
+    pub service: String,
+    /// The spec version it runs.
+    pub version: String,
+    /// Its ordinal for stateful services (`svc-0` is ordinal 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<u32>,
+    /// Running, or asked to stop.
+    #[serde(default)]
+    pub state: DesiredState,
+}
+
+/// `placement/{node}/{id}`: the instance is assigned to that node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The instance id.
+    pub instance: String,
+    /// Its service.
+    pub service: String,
+    /// The node it runs on.
+    pub node: String,
+}
+
+/// `observed/node/{node}`: what a node's agent reports about its node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeStatus {
+    /// The node's name.
+    pub name: String,
+    /// Allocatable CPU.
+    pub cpu: Cpu,
+    /// Allocatable memory.
+    pub memory: Memory,
+    /// Labels (`disk = ssd`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Taints: only services that accept them are placed here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<String>,
+    /// The zone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// CPU architecture (`amd64`).
+    pub architecture: String,
+    /// Address other nodes reach it at.
+    pub address: String,
+}
+
+/// An instance's lifecycle state, as its agent observes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservedState {
+    /// Known to the agent, not started yet.
+    #[default]
+    Pending,
+    /// Fetching its image.
+    Pulling,
+    /// Running init steps or starting.
+    Starting,
+    /// Running.
+    Running,
+    /// Ended with exit code 0.
+    Exited,
+    /// Ended in failure, or could not start.
+    Failed,
+    /// Stopped on request.
+    Stopped,
+}
+
+impl ObservedState {
+    /// Whether the instance is work in progress or running (counts as present).
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            ObservedState::Pending
+                | ObservedState::Pulling
+                | ObservedState::Starting
+                | ObservedState::Running
+        )
+    }
+}
+
+/// Health from the instance's probes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// No probe result yet, or no probe.
+    #[default]
+    Unknown,
+    /// Probes pass.
+    Healthy,
+    /// Probes fail.
+    Unhealthy,
+}
+
+/// `observed/instance/{id}`: what the agent of the instance's node reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InstanceObservation {
+    /// The node it runs on.
+    pub node: String,
+    /// Its service.
+    pub service: String,
+    /// Lifecycle state.
+    pub state: ObservedState,
+    /// Where it serves (`host:port`), once running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Probe health.
+    pub health: Health,
+    /// Whether it passes its readiness probe (or has none and runs).
+    pub ready: bool,
+    /// The image it runs.
+    pub image: String,
+    /// Init steps completed.
+    pub init_done: u32,
+    /// How often the agent restarted it.
+    pub restarts: u32,
+    /// Exit code of the last run, if it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Why it failed, for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// CPU in use.
+    pub cpu: Cpu,
+    /// Memory in use.
+    pub memory: Memory,
+}
+
+/// `endpoint/service/{svc}`: where the service's ready instances serve.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoints {
+    /// `host:port` of each ready instance, sorted.
+    pub addresses: Vec<String>,
+}
+
+/// `status/unschedulable/{id}`: why the scheduler could not place an instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unschedulable {
+    /// The instance's service.
+    pub service: String,
+    /// The reason, for people ("no node has label disk=ssd").
+    pub reason: String,
+}
+
+/// `status/service/{svc}`: counts a person looks at.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceStatus {
+    /// Instances that should exist.
+    pub desired: u32,
+    /// Current-version instances that exist (pending, starting or running).
+    pub present: u32,
+    /// Of those, running.
+    pub running: u32,
+    /// Of those, ready.
+    pub ready: u32,
+    /// Whether the service is being deleted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
+}

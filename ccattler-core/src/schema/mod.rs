@@ -1,0 +1,352 @@
+//! The standard schema: typed records every standard component reads and writes, their keys, and
+//! their JSON encoding.
+//!
+//! # Key table
+//!
+//! Every prefix has exactly one writer. Values are compact JSON (readable with `etcdctl get`),
+//! with quantities and durations as text (`"500m"`, `"256Mi"`, `"10s"`).
+//!
+//! | key | value | single writer |
+//! |---|---|---|
+//! | `desired/service/{svc}` | [`ServiceSpec`] | the user's apply |
+//! | `desired/volume/{vol}` | [`VolumeSpec`] | the user's apply |
+//! | `desired/network/policy` | [`NetworkPolicy`] | the user's apply |
+//! | `secret/{name}` | the secret's raw bytes | the user (API); never returned by reads of the API |
+//! | `intent/autoscaler/{svc}` | [`ScaleIntent`] | autoscaler |
+//! | `effective/service/{svc}` | [`EffectiveService`] | intent resolver |
+//! | `desired/instance/{id}` | [`DesiredInstance`] | instance controller |
+//! | `placement/{node}/{id}` | [`Assignment`] | scheduler |
+//! | `lease/node/{node}` | the node's name, attached to the node's store lease | that node's agent |
+//! | `observed/node/{node}` | [`NodeStatus`] | that node's agent |
+//! | `observed/instance/{node}/{id}` | [`InstanceObservation`] | that node's agent |
+//! | `endpoint/service/{svc}` | [`Endpoints`] | endpoint controller |
+//! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
+//! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
+//!
+//! Service names are paths (`team/web`), so they may span several key segments; node names and
+//! instance ids are single segments. Placements and observations are keyed by node first, so an
+//! agent watches and writes only its own prefix, and a credential for one node can be limited to
+//! it by prefix alone.
+//!
+//! # Versions
+//!
+//! [`ServiceSpec::version`] is a stable hash of everything in a spec that a running instance
+//! depends on (not its instance count or scale bounds): re-applying the same file keeps the
+//! version, changing the image changes it.
+
+mod cluster;
+mod duration;
+mod quantity;
+mod service;
+mod volume;
+
+pub use cluster::{
+    Assignment, DesiredInstance, DesiredState, EffectiveService, Endpoints, Health,
+    InstanceObservation, NodeStatus, ObservedState, ScaleIntent, ServiceStatus, Unschedulable,
+};
+pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
+pub use quantity::{Cpu, Memory};
+pub use service::{
+    ConfigFile, Expose, HorizontalScale, InitStep, Placement, Probe, ProbeCheck, Protocol,
+    Resources, RestartPolicy, ScaleTarget, SecretRef, ServiceSpec, UpdatePolicy, VolumeMount,
+    ZonePolicy,
+};
+pub use volume::{NetworkPolicy, NetworkRule, RuleAction, VolumeSpec};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{Fact, Key, KeyError, Value};
+
+/// Prefix of [`ServiceSpec`]s.
+pub const SERVICES: &str = "desired/service/";
+/// Prefix of [`VolumeSpec`]s.
+pub const VOLUMES: &str = "desired/volume/";
+/// The key of the [`NetworkPolicy`].
+pub const NETWORK_POLICY: &str = "desired/network/policy";
+/// Prefix of every desired object a user's apply writes.
+pub const APPLIED: [&str; 3] = [SERVICES, VOLUMES, "desired/network/"];
+/// Prefix of secret values.
+pub const SECRETS: &str = "secret/";
+/// Prefix of [`ScaleIntent`]s.
+pub const SCALE_INTENTS: &str = "intent/autoscaler/";
+/// Prefix of [`EffectiveService`]s.
+pub const EFFECTIVE: &str = "effective/service/";
+/// Prefix of [`DesiredInstance`]s.
+pub const INSTANCES: &str = "desired/instance/";
+/// Prefix of [`Assignment`]s (`placement/{node}/{id}`).
+pub const PLACEMENTS: &str = "placement/";
+/// Prefix of node liveness keys.
+pub const NODE_LEASES: &str = "lease/node/";
+/// Prefix of [`NodeStatus`]es.
+pub const NODES: &str = "observed/node/";
+/// Prefix of [`InstanceObservation`]s (`observed/instance/{node}/{id}`).
+pub const OBSERVED_INSTANCES: &str = "observed/instance/";
+/// Prefix of [`Endpoints`].
+pub const ENDPOINTS: &str = "endpoint/service/";
+/// Prefix of [`ServiceStatus`]es.
+pub const SERVICE_STATUS: &str = "status/service/";
+/// Prefix of [`Unschedulable`] reasons.
+pub const UNSCHEDULABLE: &str = "status/unschedulable/";
+
+/// Key helpers: the key of each record.
+///
+/// # Errors
+///
+/// [`KeyError`] when a name is not a valid key path (empty, `//`, leading `/`, NUL).
+pub mod keys {
+    use super::*;
+
+    /// `desired/service/{svc}`.
+    pub fn service(name: &str) -> Result<Key, KeyError> {
+        Key::join(SERVICES, [name])
+    }
+    /// `desired/volume/{vol}`.
+    pub fn volume(name: &str) -> Result<Key, KeyError> {
+        Key::join(VOLUMES, [name])
+    }
+    /// `desired/network/policy`.
+    pub fn network_policy() -> Key {
+        Key::new(NETWORK_POLICY).expect("a constant, valid key")
+    }
+    /// `secret/{name}`.
+    pub fn secret(name: &str) -> Result<Key, KeyError> {
+        Key::join(SECRETS, [name])
+    }
+    /// `intent/autoscaler/{svc}`.
+    pub fn scale_intent(service: &str) -> Result<Key, KeyError> {
+        Key::join(SCALE_INTENTS, [service])
+    }
+    /// `effective/service/{svc}`.
+    pub fn effective(service: &str) -> Result<Key, KeyError> {
+        Key::join(EFFECTIVE, [service])
+    }
+    /// `desired/instance/{id}`.
+    pub fn instance(id: &str) -> Result<Key, KeyError> {
+        Key::join(INSTANCES, [segment(id)?])
+    }
+    /// `placement/{node}/{id}`.
+    pub fn placement(node: &str, id: &str) -> Result<Key, KeyError> {
+        Key::join(PLACEMENTS, [segment(node)?, segment(id)?])
+    }
+    /// `lease/node/{node}`.
+    pub fn node_lease(node: &str) -> Result<Key, KeyError> {
+        Key::join(NODE_LEASES, [segment(node)?])
+    }
+    /// `observed/node/{node}`.
+    pub fn node(node: &str) -> Result<Key, KeyError> {
+        Key::join(NODES, [segment(node)?])
+    }
+    /// `observed/instance/{node}/{id}`.
+    pub fn observed_instance(node: &str, id: &str) -> Result<Key, KeyError> {
+        Key::join(OBSERVED_INSTANCES, [segment(node)?, segment(id)?])
+    }
+    /// `endpoint/service/{svc}`.
+    pub fn endpoints(service: &str) -> Result<Key, KeyError> {
+        Key::join(ENDPOINTS, [service])
+    }
+    /// `status/service/{svc}`.
+    pub fn service_status(service: &str) -> Result<Key, KeyError> {
+        Key::join(SERVICE_STATUS, [service])
+    }
+    /// `status/unschedulable/{id}`.
+    pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
+        Key::join(UNSCHEDULABLE, [segment(id)?])
+    }
+
+    /// Node names and instance ids are single key segments.
+    fn segment(name: &str) -> Result<&str, KeyError> {
+        if name.contains('/') {
+            Err(KeyError::EmptySegment(format!(
+                "{name} (must not contain `/`)"
+            )))
+        } else {
+            Ok(name)
+        }
+    }
+}
+
+/// A value that does not decode, or text that is not a valid quantity.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// A quantity, duration or name in text form is malformed.
+    #[error("invalid {what} `{text}`: {reason}; expected {expected}")]
+    Invalid {
+        /// What was parsed: "cpu", "memory", "duration".
+        what: &'static str,
+        /// The text given.
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+        /// What would be accepted.
+        expected: &'static str,
+    },
+    /// A stored value is not the JSON of the record its key promises.
+    #[error("fact {key} does not hold a valid {record}")]
+    Decode {
+        /// The fact's key.
+        key: Key,
+        /// The record type expected.
+        record: &'static str,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl SchemaError {
+    pub(crate) fn invalid(
+        what: &'static str,
+        text: &str,
+        reason: &str,
+        expected: &'static str,
+    ) -> Self {
+        SchemaError::Invalid {
+            what,
+            text: text.to_owned(),
+            reason: reason.to_owned(),
+            expected,
+        }
+    }
+}
+
+/// Encodes a record as its stored value (compact JSON).
+///
+/// # Panics
+///
+/// Never for the records of this module, whose encoding cannot fail.
+pub fn encode<T: Serialize>(record: &T) -> Value {
+    Value::from(serde_json::to_vec(record).expect("schema records always encode as JSON"))
+}
+
+/// Decodes the record a fact holds.
+///
+/// # Errors
+///
+/// [`SchemaError::Decode`] when the value is not that record's JSON.
+pub fn decode<T: DeserializeOwned>(fact: &Fact) -> Result<T, SchemaError> {
+    serde_json::from_slice(&fact.value).map_err(|source| SchemaError::Decode {
+        key: fact.key.clone(),
+        record: std::any::type_name::<T>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("record"),
+        source,
+    })
+}
+
+impl ServiceSpec {
+    /// A stable hash (16 hex digits) of everything a running instance depends on: the spec
+    /// without `instances` and `scale`. Instances of another version are replaced.
+    pub fn version(&self) -> String {
+        let template = ServiceSpec {
+            instances: 0,
+            scale: None,
+            ..self.clone()
+        };
+        let bytes = serde_json::to_vec(&template).expect("schema records always encode as JSON");
+        // FNV-1a: tiny, stable across platforms and releases, good enough to tell specs apart.
+        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        format!("{hash:016x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Revision;
+
+    fn web() -> ServiceSpec {
+        ServiceSpec {
+            name: "team/web".into(),
+            image: "nginx:1.28".into(),
+            instances: 3,
+            expose: vec![Expose {
+                port: 8080,
+                protocol: Protocol::Http,
+                external: false,
+            }],
+            resources: Resources {
+                cpu: Cpu::from_millis(500),
+                memory: Memory::from_bytes(256 << 20),
+            },
+            readiness: Some(Probe::new(ProbeCheck::Http {
+                path: "/healthz".into(),
+            })),
+            ..ServiceSpec::default()
+        }
+    }
+
+    #[test]
+    fn encodes_readable_json_that_decodes_back() {
+        let spec = web();
+        let value = encode(&spec);
+        let text = std::str::from_utf8(&value).unwrap();
+        assert!(text.contains(r#""cpu":"500m""#), "{text}");
+        assert!(text.contains(r#""every":"10s""#), "{text}");
+        let fact = Fact {
+            key: keys::service("team/web").unwrap(),
+            value,
+            create_revision: Revision(1),
+            mod_revision: Revision(1),
+            version: 1,
+            lease: None,
+        };
+        assert_eq!(decode::<ServiceSpec>(&fact).unwrap(), spec);
+    }
+
+    #[test]
+    fn decode_errors_name_the_key_and_record() {
+        let fact = Fact {
+            key: keys::node("n1").unwrap(),
+            value: Value::from_static(b"{\"cpu\": 12}"),
+            create_revision: Revision(1),
+            mod_revision: Revision(1),
+            version: 1,
+            lease: None,
+        };
+        let err = decode::<NodeStatus>(&fact).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "fact observed/node/n1 does not hold a valid NodeStatus"
+        );
+    }
+
+    #[test]
+    fn version_ignores_scale_but_not_the_image() {
+        let base = web();
+        let scaled = ServiceSpec {
+            instances: 9,
+            scale: Some(HorizontalScale::new(1, 10)),
+            ..base.clone()
+        };
+        let updated = ServiceSpec {
+            image: "nginx:1.29".into(),
+            ..base.clone()
+        };
+        assert_eq!(base.version(), scaled.version());
+        assert_ne!(base.version(), updated.version());
+        assert_eq!(base.version().len(), 16);
+    }
+
+    #[test]
+    fn keys_follow_the_table() {
+        assert_eq!(
+            keys::service("team/web").unwrap().as_str(),
+            "desired/service/team/web"
+        );
+        assert_eq!(
+            keys::placement("n1", "abc").unwrap().as_str(),
+            "placement/n1/abc"
+        );
+        assert_eq!(
+            keys::observed_instance("n1", "abc").unwrap().as_str(),
+            "observed/instance/n1/abc"
+        );
+        assert!(keys::placement("n/1", "abc").is_err());
+        assert!(keys::service("").is_err());
+    }
+}
