@@ -15,6 +15,8 @@
 //! | `cca::repeated-field` | a field that may appear once appears again |
 //! | `cca::conflicting-fields` | two fields of which only one may be given (`http` and `tcp`) |
 
+use std::fmt;
+
 use super::diagnostic::{Diagnostic, Diagnostics};
 use super::grammar::{self, BlockSpec, Field, Shape, Slot};
 use super::span::Span;
@@ -34,13 +36,28 @@ pub(crate) fn check_top_statement(
     seen: &mut Vec<(&'static str, Span)>,
     diags: &mut Diagnostics,
 ) {
-    check_statement(&grammar::TOP, "the top level", st, seen, diags);
+    check_statement(&grammar::TOP, &"the top level", st, seen, diags);
+}
+
+/// How a block is named in messages, built only when a message needs it: `` `service web` ``.
+struct Context<'a> {
+    keyword: &'a str,
+    name: Option<&'a str>,
+}
+
+impl fmt::Display for Context<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name {
+            Some(name) => write!(f, "`{} {name}`", self.keyword),
+            None => write!(f, "`{}`", self.keyword),
+        }
+    }
 }
 
 /// Checks `st`, a statement inside a block described by `spec` and called `context` in messages.
 fn check_statement(
     spec: &BlockSpec,
-    context: &str,
+    context: &dyn fmt::Display,
     st: &Statement,
     seen: &mut Vec<(&'static str, Span)>,
     diags: &mut Diagnostics,
@@ -53,7 +70,12 @@ fn check_statement(
         diags.push(unknown_field(spec, context, st));
         return;
     };
-    if let Some((_, first)) = seen.iter().find(|(n, _)| *n == field.name) {
+    // Only fields that may appear once, or belong to an exclusive group, are remembered: a
+    // top level of 10,000 services keeps this list empty rather than quadratic.
+    let exclusive = spec.exclusive.iter().any(|g| g.contains(&field.name));
+    if field.repeatable && !exclusive {
+        // Nothing to remember.
+    } else if let Some((_, first)) = seen.iter().find(|(n, _)| *n == field.name) {
         if !field.repeatable {
             diags.push(
                 Diagnostic::error(
@@ -85,13 +107,15 @@ fn check_statement(
             }
         }
     }
-    seen.push((field.name, st.keyword.span));
+    if !field.repeatable || exclusive {
+        seen.push((field.name, st.keyword.span));
+    }
     check_args(field, st, diags);
     match (field.block, &st.block) {
         (Some(inner), Some(block)) => {
-            let context = match st.args.first().and_then(|a| a.kind.text()) {
-                Some(name) => format!("`{} {name}`", field.name),
-                None => format!("`{}`", field.name),
+            let context = Context {
+                keyword: field.name,
+                name: st.args.first().and_then(|a| a.kind.text()),
             };
             let mut inner_seen = Vec::new();
             for child in &block.statements {
@@ -117,7 +141,7 @@ fn check_statement(
             diags.push(
                 Diagnostic::error(
                     "cca::unexpected-block",
-                    block.span,
+                    Span::new(block.span.start, block.span.start + 1),
                     format!("`{}` takes no block", field.name),
                 )
                 .with_label("not expected here")
@@ -128,7 +152,7 @@ fn check_statement(
     }
 }
 
-fn unknown_field(spec: &BlockSpec, context: &str, st: &Statement) -> Diagnostic {
+fn unknown_field(spec: &BlockSpec, context: &dyn fmt::Display, st: &Statement) -> Diagnostic {
     let name = st.name();
     let mut help = String::new();
     if let Some(best) = closest(name, spec.fields.iter().map(|f| f.name)) {
@@ -211,9 +235,8 @@ fn check_args(field: &Field, st: &Statement, diags: &mut Diagnostics) {
         match match_form(form, &st.args, 0) {
             Ok(()) => return,
             Err(miss) => {
-                let better = best.is_none_or(|b| {
-                    miss.progress(st.args.len()) > b.progress(st.args.len())
-                });
+                let better =
+                    best.is_none_or(|b| miss.progress(st.args.len()) > b.progress(st.args.len()));
                 if better {
                     best = Some(miss);
                 }

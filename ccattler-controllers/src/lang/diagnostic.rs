@@ -240,6 +240,9 @@ impl fmt::Display for Diagnostics {
             .with_links(false);
         let mut sorted: Vec<&Diagnostic> = self.items.iter().collect();
         sorted.sort_by_key(|d| d.span.start);
+        if self.items.is_empty() && !self.truncated {
+            return Ok(());
+        }
         let starts = line_starts(self.source.text());
         let src = Named {
             name: self.source.name(),
@@ -280,18 +283,44 @@ struct Named<'a> {
 impl Named<'_> {
     /// 0-based line of byte `offset`.
     fn line_of(&self, offset: usize) -> usize {
-        self.line_starts.partition_point(|&s| s <= offset).saturating_sub(1)
+        self.line_starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1)
     }
 
     /// Start of line `line` (0-based), or the end of the text past the last line.
     fn start_of(&self, line: usize) -> usize {
-        self.line_starts.get(line).copied().unwrap_or(self.text.len())
+        self.line_starts
+            .get(line)
+            .copied()
+            .unwrap_or(self.text.len())
     }
+}
+
+/// Lines longer than this are shown as a window around the culprit.
+const LONG_LINE: usize = 400;
+/// How much of a long line to show on each side of the culprit.
+const WINDOW: usize = 60;
+/// The longest underline drawn; longer spans are cut.
+const MAX_UNDERLINE: usize = 120;
+
+/// The largest char boundary of `text` at or before `i`.
+fn floor_boundary(text: &str, mut i: usize) -> usize {
+    i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
 }
 
 fn line_starts(text: &str) -> Vec<usize> {
     std::iter::once(0)
-        .chain(text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i + 1))
+        .chain(
+            text.bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
         .collect()
 }
 
@@ -309,11 +338,36 @@ impl SourceCode for Named<'_> {
             return Err(MietteError::OutOfBounds);
         }
         let first = self.line_of(start);
+        let column_of = |offset: usize| {
+            let line_start = self.start_of(self.line_of(offset));
+            self.text
+                .get(line_start..offset)
+                .map_or(0, |s| s.chars().count())
+        };
         let (from, to, line, column) = if context_lines_before == 0 && context_lines_after == 0 {
             // Only the span: miette reads the line and column of the primary label this way.
-            let line_start = self.start_of(first);
-            let column = self.text.get(line_start..start).map_or(0, |s| s.chars().count());
-            (start, end, first, column)
+            (start, end, first, column_of(start))
+        } else if self
+            .start_of(first + 1)
+            .saturating_sub(self.start_of(first))
+            > LONG_LINE
+        {
+            // A huge line (minified or garbage input): show a window around the span only.
+            let line_end = self.start_of(first + 1);
+            let line_end = if self.text.get(..line_end).is_some_and(|t| t.ends_with('\n')) {
+                line_end - 1
+            } else {
+                line_end
+            };
+            let from = floor_boundary(
+                self.text,
+                start.saturating_sub(WINDOW).max(self.start_of(first)),
+            );
+            let to = floor_boundary(
+                self.text,
+                end.max(start).saturating_add(WINDOW).min(line_end),
+            );
+            (from, to.max(end), first, column_of(from))
         } else {
             let last = self.line_of(end.saturating_sub(1).max(start));
             let top = first.saturating_sub(context_lines_before);
@@ -348,8 +402,13 @@ impl fmt::Display for Report<'_> {
 
 impl std::error::Error for Report<'_> {}
 
-fn source_span(span: Span) -> miette::SourceSpan {
-    (span.start, span.len()).into()
+impl Report<'_> {
+    /// `span` as miette wants it, within the text and cut to [`MAX_UNDERLINE`].
+    fn source_span(&self, span: Span) -> miette::SourceSpan {
+        let start = floor_boundary(self.src.text, span.start);
+        let end = floor_boundary(self.src.text, span.end.min(start + MAX_UNDERLINE)).max(start);
+        (start, end - start).into()
+    }
 }
 
 impl miette::Diagnostic for Report<'_> {
@@ -377,12 +436,11 @@ impl miette::Diagnostic for Report<'_> {
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         let primary =
-            LabeledSpan::new_primary_with_span(self.d.label.clone(), source_span(self.d.span));
-        let secondary = self
-            .d
-            .secondary
-            .iter()
-            .map(|l| LabeledSpan::new_with_span(Some(l.message.clone()), source_span(l.span)));
+            LabeledSpan::new_primary_with_span(self.d.label.clone(), self.source_span(self.d.span));
+        let secondary =
+            self.d.secondary.iter().map(|l| {
+                LabeledSpan::new_with_span(Some(l.message.clone()), self.source_span(l.span))
+            });
         Some(Box::new(std::iter::once(primary).chain(secondary)))
     }
 }

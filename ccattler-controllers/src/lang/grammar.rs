@@ -214,7 +214,12 @@ pub static TOP: BlockSpec = BlockSpec {
             true,
             Some(&SERVICE),
         ),
-        field("volume", &[&[req(Shape::Word, "NAME")]], true, Some(&VOLUME)),
+        field(
+            "volume",
+            &[&[req(Shape::Word, "NAME")]],
+            true,
+            Some(&VOLUME),
+        ),
         field("network", NO_ARGS, true, Some(&NETWORK)),
     ],
     exclusive: &[],
@@ -225,11 +230,19 @@ pub static SERVICE: BlockSpec = BlockSpec {
     name: "service",
     fields: &[
         field("image", &[&[req(Shape::Name, "IMAGE")]], false, None),
-        field("command", &[&[req(Shape::Text, "\"ARGV...\"")]], false, None),
+        field(
+            "command",
+            &[&[req(Shape::Text, "\"ARGV...\"")]],
+            false,
+            None,
+        ),
         field("instances", ONE_NUMBER, false, None),
         field(
             "restart",
-            &[&[req(Shape::OneOf(&["always", "on_failure", "never"]), "POLICY")]],
+            &[&[req(
+                Shape::OneOf(&["always", "on_failure", "never"]),
+                "POLICY",
+            )]],
             false,
             None,
         ),
@@ -414,7 +427,10 @@ pub static VOLUME: BlockSpec = BlockSpec {
 /// `network { ... }`.
 pub static NETWORK: BlockSpec = BlockSpec {
     name: "network",
-    fields: &[field("allow", RULE, true, None), field("deny", RULE, true, None)],
+    fields: &[
+        field("allow", RULE, true, None),
+        field("deny", RULE, true, None),
+    ],
     exclusive: &[],
 };
 

@@ -24,6 +24,7 @@ use super::token::{Op, Token, TokenKind};
 pub struct Lexer<'a> {
     text: &'a str,
     pos: usize,
+    open_triple: bool,
 }
 
 /// Whether `c` may continue an identifier (`-` is checked separately, for `->`).
@@ -58,7 +59,18 @@ impl<'a> Lexer<'a> {
     /// A lexer at the start of `text`.
     #[must_use]
     pub fn new(text: &'a str) -> Self {
-        Self { text, pos: 0 }
+        Self {
+            text,
+            pos: 0,
+            open_triple: false,
+        }
+    }
+
+    /// Whether an unterminated `"""` string swallowed the rest of the text (blocks left open
+    /// by it are not worth reporting).
+    #[must_use]
+    pub fn swallowed_rest(&self) -> bool {
+        self.open_triple
     }
 
     fn rest(&self) -> &'a str {
@@ -272,9 +284,7 @@ impl<'a> Lexer<'a> {
                 }
                 Some(_) => {
                     let rest = self.rest();
-                    let n = rest
-                        .find(['"', '\\', '\n'])
-                        .unwrap_or(rest.len());
+                    let n = rest.find(['"', '\\', '\n']).unwrap_or(rest.len());
                     value.push_str(rest.get(..n).unwrap_or(""));
                     self.pos += n;
                 }
@@ -308,6 +318,7 @@ impl<'a> Lexer<'a> {
                 );
                 let content = rest.to_owned();
                 self.pos = self.text.len();
+                self.open_triple = true;
                 self.token(TokenKind::Block3(content), start)
             }
         }
@@ -340,7 +351,16 @@ mod tests {
         let texts: Vec<_> = toks.iter().map(|t| t.1.as_str()).collect();
         assert_eq!(
             texts,
-            ["image", "nginx:1.28", "team/web", "/health/ready", "1.5Gi", "60%", "-3", "1h30m"]
+            [
+                "image",
+                "nginx:1.28",
+                "team/web",
+                "/health/ready",
+                "1.5Gi",
+                "60%",
+                "-3",
+                "1h30m"
+            ]
         );
         assert_eq!(toks[3].0, TokenKind::Path);
         assert_eq!(toks[6].0, TokenKind::Number);
@@ -355,8 +375,10 @@ mod tests {
 
     #[test]
     fn strings_and_escapes() {
-        let (toks, errs) = kinds(r#""a\"b\\c\n\t" """x "y"
-z""""#);
+        let (toks, errs) = kinds(
+            r#""a\"b\\c\n\t" """x "y"
+z""""#,
+        );
         assert!(errs.is_empty());
         assert_eq!(toks[0].0, TokenKind::Str("a\"b\\c\n\t".into()));
         assert_eq!(toks[1].0, TokenKind::Block3("x \"y\"\nz".into()));

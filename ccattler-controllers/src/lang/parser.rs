@@ -72,6 +72,23 @@ impl Parser<'_, '_> {
         self.text.get(span.start..span.end).unwrap_or("").to_owned()
     }
 
+    /// The current token for messages: "number `8080`", "`{`".
+    fn describe_token(&self) -> String {
+        let kind = self.tok.kind.describe();
+        match self.tok.kind {
+            TokenKind::Word | TokenKind::Path | TokenKind::Number => {
+                let text = self
+                    .text
+                    .get(self.tok.span.start..self.tok.span.end)
+                    .unwrap_or("");
+                let short: String = text.chars().take(24).collect();
+                let more = if short.len() < text.len() { "..." } else { "" };
+                format!("{kind} `{short}{more}`")
+            }
+            _ => kind.to_owned(),
+        }
+    }
+
     /// Skips blank lines, collecting comment lines into `pending`.
     fn comment_lines(&mut self) {
         loop {
@@ -126,7 +143,7 @@ impl Parser<'_, '_> {
             )
         } else {
             (
-                format!("expected a field name, found {}", self.tok.kind.describe()),
+                format!("expected a field name, found {}", self.describe_token()),
                 "each line starts with a keyword such as `service`, `image` or `expose`; \
                  statements end at a newline",
             )
@@ -183,6 +200,9 @@ impl Parser<'_, '_> {
     }
 
     fn unclosed(&mut self, open: Span) {
+        if self.lexer.swallowed_rest() {
+            return;
+        }
         self.diags.push(
             Diagnostic::error("cca::unclosed-brace", open, "unclosed `{`")
                 .with_label("this block is never closed")
@@ -217,7 +237,9 @@ impl Parser<'_, '_> {
         }
         let mut st = Statement {
             comments: std::mem::take(&mut self.pending),
-            span: keyword.span.to(args.last().map_or(keyword.span, |a| a.span)),
+            span: keyword
+                .span
+                .to(args.last().map_or(keyword.span, |a| a.span)),
             keyword,
             args,
             trailing_comment: None,
@@ -235,7 +257,7 @@ impl Parser<'_, '_> {
             TokenKind::LBrace => {
                 let block = self.block(depth + 1, &mut st.trailing_comment);
                 st.span = st.span.to(block.span);
-                st.block = Some(block);
+                st.block = Some(Box::new(block));
             }
             _ => {}
         }
@@ -324,7 +346,7 @@ impl Parser<'_, '_> {
                         self.tok.span,
                         format!(
                             "expected the end of the line after `}}`, found {}",
-                            self.tok.kind.describe()
+                            self.describe_token()
                         ),
                     )
                     .with_label("put this on its own line")

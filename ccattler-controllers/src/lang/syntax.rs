@@ -47,8 +47,9 @@ pub struct Statement {
     pub args: Vec<Arg>,
     /// A comment on the same line, after the arguments (after the `{` for a block statement).
     pub trailing_comment: Option<Comment>,
-    /// The `{ ... }` block, if any.
-    pub block: Option<Block>,
+    /// The `{ ... }` block, if any (boxed: most statements have none, and this keeps statements
+    /// small).
+    pub block: Option<Box<Block>>,
     /// From the keyword to the last argument or the closing `}`.
     pub span: Span,
 }
