@@ -70,7 +70,9 @@ fn measure_services() {
 #[test]
 #[ignore = "measurement, run by hand in release"]
 fn measure() {
-    time("10k services", &services(10_000));
+    let text = services(10_000);
+    time("10k services (first parse in the process)", &text);
+    time("10k services (again)", &text);
     time("random bytes", &garbage_bytes(10 << 20));
     time("unknown fields", &"foo 1\n".repeat((10 << 20) / 6));
     time(
