@@ -1,0 +1,174 @@
+//! Test clusters with owned data, and owned results that are easy to assert on.
+
+use std::collections::BTreeMap;
+
+use ccattler_core::schema::{NodeStatus, Placement, Resources};
+
+use super::{Existing, Move, Node, Rebalance, Request, Schedule, ScheduleInput, schedule};
+
+/// An instance, existing (with a node) or requested (without).
+#[derive(Clone, Debug)]
+pub(crate) struct Inst {
+    pub instance: String,
+    pub service: String,
+    pub node: String,
+    pub resources: Resources,
+    pub placement: Placement,
+}
+
+/// A cluster to schedule on.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Fixture {
+    pub nodes: Vec<(NodeStatus, bool)>,
+    pub existing: Vec<Inst>,
+    pub requests: Vec<Inst>,
+    pub rebalance: Rebalance,
+}
+
+/// What a schedule decided, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Result {
+    pub placements: BTreeMap<String, String>,
+    pub unsatisfied: BTreeMap<String, String>,
+    pub moves: Vec<(String, String, String)>,
+}
+
+impl Result {
+    /// Instances placed on `node` by this call.
+    pub fn on(&self, node: &str) -> usize {
+        self.placements.values().filter(|n| *n == node).count()
+    }
+}
+
+pub(crate) fn res(cpu: &str, memory: &str) -> Resources {
+    Resources {
+        cpu: cpu.parse().expect("cpu"),
+        memory: memory.parse().expect("memory"),
+    }
+}
+
+impl Fixture {
+    /// Adds an alive `amd64` node without labels, taints or zone.
+    pub fn node(mut self, name: &str, cpu: &str, memory: &str) -> Self {
+        let status = NodeStatus {
+            name: name.into(),
+            cpu: cpu.parse().expect("cpu"),
+            memory: memory.parse().expect("memory"),
+            architecture: "amd64".into(),
+            ..NodeStatus::default()
+        };
+        self.nodes.push((status, true));
+        self
+    }
+
+    /// Edits the last node added.
+    pub fn with(mut self, edit: impl FnOnce(&mut NodeStatus)) -> Self {
+        if let Some((status, _)) = self.nodes.last_mut() {
+            edit(status);
+        }
+        self
+    }
+
+    /// Marks node `name` alive or dead.
+    pub fn alive(mut self, name: &str, alive: bool) -> Self {
+        for (status, a) in &mut self.nodes {
+            if status.name == name {
+                *a = alive;
+            }
+        }
+        self
+    }
+
+    /// Adds `n` existing instances `{service}-e{i}` on `node`.
+    pub fn existing(mut self, service: &str, node: &str, n: usize, need: Resources) -> Self {
+        let start = self.existing.len();
+        for i in start..start + n {
+            self.existing.push(Inst {
+                instance: format!("{service}-e{i}"),
+                service: service.into(),
+                node: node.into(),
+                resources: need,
+                placement: Placement::default(),
+            });
+        }
+        self
+    }
+
+    /// Adds `n` requests `{service}-{i}` (numbered after the requests already there).
+    pub fn request(mut self, service: &str, n: usize, need: Resources, p: &Placement) -> Self {
+        let start = self.requests.len();
+        for i in start..start + n {
+            self.requests.push(Inst {
+                instance: format!("{service}-{i:03}"),
+                service: service.into(),
+                node: String::new(),
+                resources: need,
+                placement: p.clone(),
+            });
+        }
+        self
+    }
+
+    /// Runs the scheduler and hands the borrowed schedule to `check`.
+    pub fn with_schedule<T>(&self, check: impl FnOnce(&Schedule<'_>) -> T) -> T {
+        let nodes: Vec<Node<'_>> = self
+            .nodes
+            .iter()
+            .map(|(status, alive)| Node::from_status(status, *alive))
+            .collect();
+        let existing: Vec<Existing<'_>> = self
+            .existing
+            .iter()
+            .map(|i| Existing {
+                instance: &i.instance,
+                service: &i.service,
+                node: &i.node,
+                resources: i.resources,
+                placement: &i.placement,
+            })
+            .collect();
+        let requests: Vec<Request<'_>> = self
+            .requests
+            .iter()
+            .map(|i| Request {
+                instance: &i.instance,
+                service: &i.service,
+                resources: i.resources,
+                placement: &i.placement,
+            })
+            .collect();
+        check(&schedule(&ScheduleInput {
+            nodes: &nodes,
+            existing: &existing,
+            requests: &requests,
+            rebalance: self.rebalance,
+        }))
+    }
+
+    /// Runs the scheduler.
+    pub fn run(&self) -> Result {
+        self.with_schedule(|s| Result {
+            placements: s
+                .placements
+                .iter()
+                .map(|(i, n)| (i.to_string(), n.to_string()))
+                .collect(),
+            unsatisfied: s
+                .unsatisfied
+                .iter()
+                .map(|(i, why)| (i.to_string(), why.to_string()))
+                .collect(),
+            moves: s
+                .rebalance
+                .iter()
+                .map(
+                    |Move {
+                         instance, from, to, ..
+                     }| {
+                        (instance.to_string(), from.to_string(), to.to_string())
+                    },
+                )
+                .collect(),
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! What goes into [`schedule`](super::schedule) and what comes out.
+
+use std::collections::BTreeMap;
+
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources};
+
+use super::Unsatisfied;
+
+/// A node as the scheduler sees it: allocatable capacity, the attributes placement filters on,
+/// and whether it is alive.
+#[derive(Clone, Copy, Debug)]
+pub struct Node<'a> {
+    /// The node's name (unique in the input; ties in the ranking are broken by it).
+    pub name: &'a str,
+    /// Allocatable CPU.
+    pub cpu: Cpu,
+    /// Allocatable memory.
+    pub memory: Memory,
+    /// Labels (`disk = ssd`), matched by `require` and `prefer`.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Taints: only services that accept every one of them are placed here.
+    pub taints: &'a [String],
+    /// The zone, if the node reports one.
+    pub zone: Option<&'a str>,
+    /// CPU architecture (`amd64`).
+    pub architecture: &'a str,
+    /// Whether the node is alive (its lease is held). Dead nodes take nothing.
+    pub alive: bool,
+}
+
+impl<'a> Node<'a> {
+    /// The node an agent reported, alive or not.
+    pub fn from_status(status: &'a NodeStatus, alive: bool) -> Self {
+        Node {
+            name: &status.name,
+            cpu: status.cpu,
+            memory: status.memory,
+            labels: &status.labels,
+            taints: &status.taints,
+            zone: status.zone.as_deref(),
+            architecture: &status.architecture,
+            alive,
+        }
+    }
+}
+
+/// An instance already assigned to a node. It stays where it is (only [`Schedule::rebalance`]
+/// suggests moving it) and its resources count against its node's capacity.
+#[derive(Clone, Copy, Debug)]
+pub struct Existing<'a> {
+    /// The instance id.
+    pub instance: &'a str,
+    /// Its service.
+    pub service: &'a str,
+    /// The node it is assigned to. An unknown node name is ignored (it uses no known capacity).
+    pub node: &'a str,
+    /// What it reserves on its node.
+    pub resources: Resources,
+    /// Its service's placement: a suggested move only targets nodes that satisfy it.
+    pub placement: &'a Placement,
+}
+
+/// An instance to place.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The instance id (unique across requests and existing instances).
+    pub instance: &'a str,
+    /// Its service: spreading counts the service's instances.
+    pub service: &'a str,
+    /// What it needs on its node.
+    pub resources: Resources,
+    /// Where it may (filters) and should (ranking) run.
+    pub placement: &'a Placement,
+}
+
+/// Which services [`schedule`](super::schedule) looks at for [`Schedule::rebalance`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Rebalance {
+    /// Suggest no moves.
+    Off,
+    /// Only services that have a request in this call.
+    Requested,
+    /// Every service with an existing instance (the default).
+    #[default]
+    All,
+}
+
+/// Everything one scheduling pass reads. Borrowed, so building it copies no strings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScheduleInput<'a> {
+    /// Every known node, alive or not, in any order.
+    pub nodes: &'a [Node<'a>],
+    /// Instances already assigned; the caller leaves out those on nodes it gave up on.
+    pub existing: &'a [Existing<'a>],
+    /// Instances to place, in any order.
+    pub requests: &'a [Request<'a>],
+    /// Which services get rebalancing suggestions.
+    pub rebalance: Rebalance,
+}
+
+/// A suggestion to move an existing instance: start a replacement on `to`, then stop the one on
+/// `from`. The scheduler does not move anything itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Move<'a> {
+    /// The existing instance to replace.
+    pub instance: &'a str,
+    /// Its service.
+    pub service: &'a str,
+    /// The node it is on.
+    pub from: &'a str,
+    /// The node its replacement should go to.
+    pub to: &'a str,
+}
+
+/// The result of one scheduling pass. Every request appears exactly once, in `placements` or in
+/// `unsatisfied`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule<'a> {
+    /// Instance id to the node it was placed on.
+    pub placements: BTreeMap<&'a str, &'a str>,
+    /// Instance id to why no node could take it.
+    pub unsatisfied: BTreeMap<&'a str, Unsatisfied<'a>>,
+    /// Moves that would even out skewed services, in the order they were planned (by service
+    /// name, then one move after another). Each respects the capacity left after `placements`
+    /// and the moves before it.
+    pub rebalance: Vec<Move<'a>>,
+}
+
+impl Schedule<'_> {
+    /// How many instances this pass placed on `node`.
+    pub fn placed_on(&self, node: &str) -> usize {
+        self.placements.values().filter(|n| **n == node).count()
+    }
+}
