@@ -8,15 +8,18 @@
 //!   [`lang::Document`] or a [`lang::Diagnostics`] that renders every problem with its line and a
 //!   caret; [`lang::format`] prints a document in the canonical layout.
 //!
-//! The compiler from documents to desired facts, the scheduler and the controllers are being
-//! built (see the project's issues).
+//! - Applying them: [`lang::check`] compiles a file to the standard schema's records, and
+//!   [`apply::apply_file`] writes them to a store in one guarded transaction (with dry run and
+//!   prune).
 //!
 //! ## Layout
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`apply`] | apply desired facts in one transaction: diff, dry run, prune |
 //! | [`lang`] | lexer, parser, grammar checks, diagnostics and formatter of the `.cca` language |
 
 #![deny(missing_docs)]
 
+pub mod apply;
 pub mod lang;

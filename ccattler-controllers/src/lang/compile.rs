@@ -98,6 +98,14 @@ impl Compiler<'_> {
         Reported
     }
 
+    /// Runs `f` on each statement of `st`'s block, going on after one fails (its problem is
+    /// already reported), so that every error of a block is found.
+    fn each(&mut self, st: &Statement, mut f: impl FnMut(&mut Self, &Statement) -> Checked<()>) {
+        for field in st.children() {
+            let _ = f(self, field);
+        }
+    }
+
     fn document(&mut self, doc: &Document) {
         for statement in &doc.statements {
             if self.diagnostics.is_full() {
@@ -118,7 +126,7 @@ impl Compiler<'_> {
         match st.args.get(index) {
             Some(arg) => Ok(arg),
             None => Err(self.error(
-                "missing-argument",
+                "cca::missing-argument",
                 st.span,
                 format!("`{}` needs {what}", st.name()),
                 "",
@@ -132,7 +140,7 @@ impl Compiler<'_> {
         match &arg.kind {
             ArgKind::Word(text) | ArgKind::Str(text) => Ok((text.clone(), arg.span)),
             other => Err(self.error(
-                "expected-name",
+                "cca::expected-name",
                 arg.span,
                 format!("expected {what}, found {}", other.describe()),
                 "names are words like `web` or `team/web`",
@@ -144,7 +152,7 @@ impl Compiler<'_> {
         let arg = self.arg(st, index, what)?;
         match (&arg.kind, arg.kind.text().or(arg.kind.string())) {
             (ArgKind::Op(_), _) | (_, None) => Err(self.error(
-                "expected-value",
+                "cca::expected-value",
                 arg.span,
                 format!("expected {what}, found {}", arg.kind.describe()),
                 "",
@@ -159,7 +167,7 @@ impl Compiler<'_> {
             ArgKind::Number(text) => text.as_str(),
             other => {
                 return Err(self.error(
-                    "expected-number",
+                    "cca::expected-number",
                     arg.span,
                     format!("{what} must be a whole number, found {}", other.describe()),
                     "write a number such as `3`",
@@ -169,7 +177,7 @@ impl Compiler<'_> {
         if let Some(rest) = text.strip_prefix('-') {
             let _ = rest;
             return Err(self.error(
-                "negative",
+                "cca::negative",
                 arg.span,
                 format!("{what} cannot be negative (`{text}`)"),
                 "use 0 or a positive whole number",
@@ -177,7 +185,7 @@ impl Compiler<'_> {
         }
         if !text.bytes().all(|b| b.is_ascii_digit()) {
             return Err(self.error(
-                "not-whole",
+                "cca::not-whole",
                 arg.span,
                 format!("{what} must be a whole number, not `{text}`"),
                 "write a number without fraction or unit, such as `3`",
@@ -185,7 +193,7 @@ impl Compiler<'_> {
         }
         text.parse().map_err(|_| {
             self.error(
-                "too-large",
+                "cca::too-large",
                 arg.span,
                 format!("{what} `{text}` is too large"),
                 "",
@@ -198,7 +206,7 @@ impl Compiler<'_> {
         u32::try_from(value).map_err(|_| {
             let span = st.args.get(index).map_or(st.span, |a| a.span);
             self.error(
-                "too-large",
+                "cca::too-large",
                 span,
                 format!("{what} `{value}` is too large"),
                 "the largest count is 4294967295",
@@ -212,7 +220,7 @@ impl Compiler<'_> {
         match u16::try_from(value) {
             Ok(port) if port >= 1 => Ok(port),
             _ => Err(self.error(
-                "port-range",
+                "cca::port-range",
                 span,
                 format!("port {value} is outside 1-65535"),
                 "ports are whole numbers from 1 to 65535",
@@ -229,14 +237,15 @@ impl Compiler<'_> {
         let arg = self.arg(st, index, what)?;
         let text = arg.kind.text().unwrap_or_default();
         text.parse().map_err(|err: schema::SchemaError| {
-            self.error("bad-unit", arg.span, err.to_string(), "")
+            self.error("cca::bad-unit", arg.span, err.to_string(), "")
         })
     }
 
     fn duration(&mut self, st: &Statement, index: usize) -> Checked<std::time::Duration> {
         let arg = self.arg(st, index, "a duration")?;
         let text = arg.kind.text().unwrap_or_default();
-        schema::parse_duration(text).map_err(|err| self.error("bad-unit", arg.span, err.to_string(), ""))
+        schema::parse_duration(text)
+            .map_err(|err| self.error("cca::bad-unit", arg.span, err.to_string(), ""))
     }
 
     fn flag(&mut self, st: &Statement, index: usize) -> Checked<bool> {
@@ -245,7 +254,7 @@ impl Compiler<'_> {
             Some("true") => Ok(true),
             Some("false") => Ok(false),
             _ => Err(self.error(
-                "expected-bool",
+                "cca::expected-bool",
                 arg.span,
                 format!("expected `true` or `false`, found {}", arg.kind.describe()),
                 "",
@@ -275,7 +284,7 @@ impl Compiler<'_> {
         };
         if schema::keys::service(&name).is_err() {
             self.error(
-                "bad-name",
+                "cca::bad-name",
                 name_span,
                 format!("`{name}` is not a valid service name"),
                 "service names are words or paths of words, like `web` or `team/web`",
@@ -284,7 +293,7 @@ impl Compiler<'_> {
         }
         if let Some(first) = self.service_spans.get(&name).copied() {
             let diagnostic = Diagnostic::error(
-                "duplicate-service",
+                "cca::duplicate-service",
                 name_span,
                 format!("service `{name}` is declared twice"),
             )
@@ -302,12 +311,14 @@ impl Compiler<'_> {
         let mut has_image = false;
         let mut health: Option<Span> = None;
         let mut liveness: Option<Span> = None;
-        for field in st.children() {
-            let _ = self.service_field(&mut spec, field, &mut has_image, &mut health, &mut liveness);
-        }
+        self.each(st, |this, field| {
+            let _ =
+                this.service_field(&mut spec, field, &mut has_image, &mut health, &mut liveness);
+            Ok(())
+        });
         if let (Some(health), Some(liveness)) = (health, liveness) {
             let diagnostic = Diagnostic::error(
-                "health-and-liveness",
+                "cca::health-and-liveness",
                 health,
                 "`health` and `liveness` both set the liveness probe".to_owned(),
             )
@@ -317,7 +328,7 @@ impl Compiler<'_> {
         }
         if !has_image {
             self.error(
-                "missing-image",
+                "cca::missing-image",
                 name_span,
                 format!("service `{}` has no image", spec.name),
                 "add a line `image NAME`, such as `image nginx:1.28`",
@@ -343,7 +354,7 @@ impl Compiler<'_> {
                 let (line, span) = self.text(st, 0, "a command")?;
                 spec.command = shlex::split(&line).ok_or_else(|| {
                     self.error(
-                        "bad-command",
+                        "cca::bad-command",
                         span,
                         "the command has an unbalanced quote".to_owned(),
                         "",
@@ -361,15 +372,16 @@ impl Compiler<'_> {
             }
             "expose" => self.expose(spec, st)?,
             "resources" => {
-                for field in st.children() {
+                self.each(st, |this, field| {
                     match field.name() {
-                        "cpu" => spec.resources.cpu = self.parsed::<Cpu>(field, 0, "cpu")?,
+                        "cpu" => spec.resources.cpu = this.parsed::<Cpu>(field, 0, "cpu")?,
                         "memory" => {
-                            spec.resources.memory = self.parsed::<Memory>(field, 0, "memory")?;
+                            spec.resources.memory = this.parsed::<Memory>(field, 0, "memory")?;
                         }
                         _ => {}
                     }
-                }
+                    Ok(())
+                });
             }
             "health" => {
                 *health = Some(st.keyword.span);
@@ -385,15 +397,17 @@ impl Compiler<'_> {
             "readiness" => spec.readiness = Some(self.probe(st)?),
             "placement" => self.placement(spec, st)?,
             "update" => {
-                for field in st.children() {
+                self.each(st, |this, field| {
                     match field.name() {
                         "max_unavailable" => {
-                            spec.update.max_unavailable = self.count(field, 0, "max_unavailable")?;
+                            spec.update.max_unavailable =
+                                this.count(field, 0, "max_unavailable")?;
                         }
-                        "max_extra" => spec.update.max_extra = self.count(field, 0, "max_extra")?,
+                        "max_extra" => spec.update.max_extra = this.count(field, 0, "max_extra")?,
                         _ => {}
                     }
-                }
+                    Ok(())
+                });
             }
             "scale" => {
                 for horizontal in st.children().iter().filter(|s| s.name() == "horizontal") {
@@ -433,7 +447,7 @@ impl Compiler<'_> {
         if spec.expose.iter().any(|e| e.port == port) {
             let span = st.args.get(first).map_or(st.span, |a| a.span);
             return Err(self.error(
-                "duplicate-port",
+                "cca::duplicate-port",
                 span,
                 format!("port {port} is exposed twice"),
                 "expose each port once",
@@ -450,35 +464,36 @@ impl Compiler<'_> {
     fn probe(&mut self, st: &Statement) -> Checked<Probe> {
         let mut check = None;
         let mut probe = Probe::new(ProbeCheck::Tcp);
-        for field in st.children() {
+        self.each(st, |this, field| {
             match field.name() {
                 "http" => {
                     check = Some(ProbeCheck::Http {
-                        path: self.text(field, 0, "a path such as /healthz")?.0,
+                        path: this.text(field, 0, "a path such as /healthz")?.0,
                     });
                 }
                 "tcp" => check = Some(ProbeCheck::Tcp),
                 "exec" => {
                     check = Some(ProbeCheck::Exec {
-                        command: self.text(field, 0, "a command")?.0,
+                        command: this.text(field, 0, "a command")?.0,
                     });
                 }
-                "port" => probe.port = Some(self.port(field, 0)?),
-                "every" => probe.every = self.duration(field, 0)?,
-                "timeout" => probe.timeout = self.duration(field, 0)?,
-                "initial_delay" => probe.initial_delay = self.duration(field, 0)?,
+                "port" => probe.port = Some(this.port(field, 0)?),
+                "every" => probe.every = this.duration(field, 0)?,
+                "timeout" => probe.timeout = this.duration(field, 0)?,
+                "initial_delay" => probe.initial_delay = this.duration(field, 0)?,
                 "failure_threshold" => {
-                    probe.failure_threshold = self.count(field, 0, "failure_threshold")?;
+                    probe.failure_threshold = this.count(field, 0, "failure_threshold")?;
                 }
                 "success_threshold" => {
-                    probe.success_threshold = self.count(field, 0, "success_threshold")?;
+                    probe.success_threshold = this.count(field, 0, "success_threshold")?;
                 }
                 _ => {}
             }
-        }
+            Ok(())
+        });
         probe.check = check.ok_or_else(|| {
             self.error(
-                "probe-without-check",
+                "cca::probe-without-check",
                 st.keyword.span,
                 format!("`{}` does not say what to check", st.name()),
                 "add one of `http /path`, `tcp` or `exec \"command\"`",
@@ -489,13 +504,13 @@ impl Compiler<'_> {
 
     fn placement(&mut self, spec: &mut ServiceSpec, st: &Statement) -> Checked<()> {
         let placement = &mut spec.placement;
-        for field in st.children() {
+        self.each(st, |this, field| {
             match field.name() {
                 "architecture" => {
-                    placement.architecture = Some(self.text(field, 0, "an architecture")?.0);
+                    placement.architecture = Some(this.text(field, 0, "an architecture")?.0);
                 }
                 "zone" => {
-                    let (zone, _) = self.text(field, 0, "`spread` or a zone name")?;
+                    let (zone, _) = this.text(field, 0, "`spread` or a zone name")?;
                     placement.zone = Some(if zone == "spread" {
                         ZonePolicy::Spread
                     } else {
@@ -503,52 +518,57 @@ impl Compiler<'_> {
                     });
                 }
                 "require" => {
-                    let (label, value) = self.pair(field, 0, "a label")?;
+                    let (label, value) = this.pair(field, 0, "a label")?;
                     placement.require.insert(label, value);
                 }
                 "prefer" => {
-                    let (label, value) = self.pair(field, 0, "a label")?;
+                    let (label, value) = this.pair(field, 0, "a label")?;
                     placement.prefer.insert(label, value);
                 }
-                "accept" => placement.accept.push(self.text(field, 0, "a taint")?.0),
+                "accept" => placement.accept.push(this.text(field, 0, "a taint")?.0),
                 _ => {}
             }
-        }
+            Ok(())
+        });
         Ok(())
     }
 
     fn horizontal(&mut self, st: &Statement) -> Checked<HorizontalScale> {
         let mut scale = HorizontalScale::new(1, 1);
         let (mut min, mut max) = (None, None);
-        for field in st.children() {
+        self.each(st, |this, field| {
             match field.name() {
                 "min" => {
-                    scale.min = self.count(field, 0, "min")?;
+                    scale.min = this.count(field, 0, "min")?;
                     min = field.args.first().map(|a| a.span);
                 }
                 "max" => {
-                    scale.max = self.count(field, 0, "max")?;
+                    scale.max = this.count(field, 0, "max")?;
                     max = field.args.first().map(|a| a.span);
                 }
-                "target" => scale.targets.push(self.target(field)?),
+                "target" => scale.targets.push(this.target(field)?),
                 "stabilization" => {
-                    for period in field.children() {
+                    this.each(field, |this, period| {
                         match period.name() {
-                            "scale_up" => scale.scale_up_stabilization = self.duration(period, 0)?,
+                            "scale_up" => {
+                                scale.scale_up_stabilization = this.duration(period, 0)?
+                            }
                             "scale_down" => {
-                                scale.scale_down_stabilization = self.duration(period, 0)?;
+                                scale.scale_down_stabilization = this.duration(period, 0)?;
                             }
                             _ => {}
                         }
-                    }
+                        Ok(())
+                    });
                 }
                 _ => {}
             }
-        }
+            Ok(())
+        });
         match (min, max) {
             (Some(min_span), Some(max_span)) if scale.max < scale.min => {
                 let diagnostic = Diagnostic::error(
-                    "max-below-min",
+                    "cca::max-below-min",
                     max_span,
                     format!("max {} is below min {}", scale.max, scale.min),
                 )
@@ -558,7 +578,7 @@ impl Compiler<'_> {
                 Err(Reported)
             }
             (None, _) | (_, None) => Err(self.error(
-                "scale-bounds",
+                "cca::scale-bounds",
                 st.keyword.span,
                 "`horizontal` needs both `min` and `max`".to_owned(),
                 "add `min N` and `max N`",
@@ -589,7 +609,7 @@ impl Compiler<'_> {
                 percent,
             }),
             _ => Err(self.error(
-                "bad-target",
+                "cca::bad-target",
                 arg.span,
                 format!("target `{raw}` is not a whole number or percentage"),
                 "write `target cpu = 60` or `target cpu = 60%`",
@@ -598,14 +618,14 @@ impl Compiler<'_> {
     }
 
     fn config(&mut self, spec: &mut ServiceSpec, st: &Statement) -> Checked<()> {
-        for field in st.children() {
+        self.each(st, |this, field| {
             match field.name() {
                 "env" => {
-                    let (key, value) = self.pair(field, 0, "a variable name")?;
+                    let (key, value) = this.pair(field, 0, "a variable name")?;
                     if spec.env.insert(key.clone(), value).is_some() {
                         let span = field.args.first().map_or(field.span, |a| a.span);
-                        self.error(
-                            "duplicate-env",
+                        this.error(
+                            "cca::duplicate-env",
                             span,
                             format!("environment variable `{key}` is set twice"),
                             "set each variable once",
@@ -613,33 +633,35 @@ impl Compiler<'_> {
                     }
                 }
                 "file" => {
-                    let (path, _) = self.text(field, 0, "a file path")?;
-                    let (content, _) = self.text(field, 1, "the file's content")?;
+                    let (path, _) = this.text(field, 0, "a file path")?;
+                    let (content, _) = this.text(field, 1, "the file's content")?;
                     spec.files.push(ConfigFile { path, content });
                 }
                 _ => {}
             }
-        }
+            Ok(())
+        });
         Ok(())
     }
 
     fn init(&mut self, st: &Statement) -> Checked<InitStep> {
         let mut step = InitStep::new(String::new());
         let mut has_exec = false;
-        for field in st.children() {
+        self.each(st, |this, field| {
             match field.name() {
                 "exec" => {
-                    step.exec = self.text(field, 0, "a command")?.0;
+                    step.exec = this.text(field, 0, "a command")?.0;
                     has_exec = true;
                 }
-                "timeout" => step.timeout = self.duration(field, 0)?,
-                "retry" => step.retry = self.count(field, 0, "retry")?,
+                "timeout" => step.timeout = this.duration(field, 0)?,
+                "retry" => step.retry = this.count(field, 0, "retry")?,
                 _ => {}
             }
-        }
+            Ok(())
+        });
         if !has_exec {
             return Err(self.error(
-                "init-without-exec",
+                "cca::init-without-exec",
                 st.keyword.span,
                 "`init` does not say what to run".to_owned(),
                 "add `exec \"command\"`",
@@ -654,7 +676,7 @@ impl Compiler<'_> {
         };
         if let Some(first) = self.volume_spans.get(&name).copied() {
             let diagnostic = Diagnostic::error(
-                "duplicate-volume",
+                "cca::duplicate-volume",
                 span,
                 format!("volume `{name}` is declared twice"),
             )
@@ -665,7 +687,7 @@ impl Compiler<'_> {
         }
         if schema::keys::volume(&name).is_err() {
             self.error(
-                "bad-name",
+                "cca::bad-name",
                 span,
                 format!("`{name}` is not a valid volume name"),
                 "volume names are words like `pgdata`",
@@ -678,25 +700,26 @@ impl Compiler<'_> {
             size: Memory::ZERO,
             persistent: false,
         };
-        for field in st.children() {
-            let result = match field.name() {
-                "size" => self.parsed::<Memory>(field, 0, "a size").map(|s| volume.size = s),
-                "persistent" => self.flag(field, 0).map(|p| volume.persistent = p),
-                _ => Ok(()),
-            };
-            let _ = result;
-        }
+        self.each(st, |this, field| {
+            match field.name() {
+                "size" => volume.size = this.parsed::<Memory>(field, 0, "a size")?,
+                "persistent" => volume.persistent = this.flag(field, 0)?,
+                _ => {}
+            }
+            Ok(())
+        });
         self.out.volumes.push(volume);
     }
 
     fn network(&mut self, st: &Statement) {
         let policy = self.out.network.get_or_insert_with(NetworkPolicy::default);
         let mut rules = std::mem::take(&mut policy.rules);
-        for field in st.children() {
-            if let Ok(rule) = self.rule(field) {
+        self.each(st, |this, field| {
+            if let Ok(rule) = this.rule(field) {
                 rules.push(rule);
             }
-        }
+            Ok(())
+        });
         if let Some(policy) = &mut self.out.network {
             policy.rules = rules;
         }
@@ -730,7 +753,7 @@ impl Compiler<'_> {
             if !self.volume_spans.contains_key(&name) {
                 let declared = list(self.volume_spans.keys());
                 self.error(
-                    "undeclared-volume",
+                    "cca::undeclared-volume",
                     span,
                     format!("volume `{name}` is not declared"),
                     &format!("declare it with `volume {name} {{ size 10Gi }}`; declared volumes: {declared}"),
@@ -742,7 +765,7 @@ impl Compiler<'_> {
             if !self.service_spans.contains_key(&name) {
                 let declared = list(self.service_spans.keys());
                 self.error(
-                    "undeclared-service",
+                    "cca::undeclared-service",
                     span,
                     format!("service `{name}` is not declared"),
                     &format!("declared services: {declared}"),

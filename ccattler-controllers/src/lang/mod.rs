@@ -23,9 +23,11 @@
 //!    block), with spans and comments, recovering after each error.
 //! 3. [`check`]: each statement held against the [`grammar`] table (known fields, argument shapes,
 //!    blocks, repeats).
-//! 4. The compiler (elsewhere) gives the tree meaning: units, ranges, names and references. It
-//!    pushes its own [`Diagnostic`]s onto the same [`Diagnostics`], whose spans point into the
-//!    same [`SourceFile`].
+//! 4. [`compile`]: gives the tree meaning (units, ranges, names and references) and produces the
+//!    standard schema's records ([`Compiled`]). It pushes its own [`Diagnostic`]s onto the same
+//!    [`Diagnostics`], whose spans point into the same [`SourceFile`].
+//!
+//! [`check`](fn@check) runs all four and is what `apply` and `cca check` use.
 //!
 //! [`format`] prints any tree, valid or not, in the canonical layout.
 //!
@@ -39,7 +41,8 @@
 //! | [`syntax`] | the tree: [`Document`], [`Statement`], [`Block`], [`Arg`], [`ArgKind`], [`Comment`] |
 //! | [`parser`] | [`parse_tree`](parser::parse_tree), [`MAX_DEPTH`](parser::MAX_DEPTH) |
 //! | [`grammar`] | the table of blocks, fields and argument shapes |
-//! | [`check`] | shape checks against the grammar |
+//! | [`mod@check`] | shape checks against the grammar |
+//! | [`mod@compile`] | the compiler to [`Compiled`] records and desired facts |
 //! | [`diagnostic`] | [`Diagnostic`], [`Diagnostics`], rendering |
 //! | [`mod@format`] | the canonical printer |
 //!
@@ -54,6 +57,7 @@
 //! `cca::conflicting-fields`).
 
 pub mod check;
+pub mod compile;
 pub mod diagnostic;
 pub mod format;
 pub mod grammar;
@@ -63,6 +67,7 @@ pub mod span;
 pub mod syntax;
 pub mod token;
 
+pub use compile::{Compiled, compile};
 pub use diagnostic::{Diagnostic, Diagnostics, Label, Severity};
 pub use format::format;
 pub use span::{SourceFile, Span};
@@ -104,4 +109,20 @@ pub fn parse_syntax(file: &SourceFile) -> (Document, Diagnostics) {
     let mut diags = Diagnostics::new(file.clone());
     let doc = parser::parse_tree(file, &mut diags, &mut |_, _| {});
     (doc, diags)
+}
+
+/// Parses, checks and compiles `file`: the records it declares, or every diagnostic (syntax,
+/// shape and meaning) when there is any error.
+///
+/// # Errors
+///
+/// The [`Diagnostics`] of the file when any of them is an error; nothing should be applied then.
+pub fn check(file: &SourceFile) -> Result<Compiled, Diagnostics> {
+    let (doc, mut diags) = parse_with_diagnostics(file);
+    let compiled = compile::compile(&doc, &mut diags);
+    if diags.has_errors() {
+        Err(diags)
+    } else {
+        Ok(compiled)
+    }
 }
