@@ -18,8 +18,10 @@
 //! |---|---|
 //! | [`apply`] | apply desired facts in one transaction: diff, dry run, prune |
 //! | [`lang`] | lexer, parser, grammar checks, diagnostics and formatter of the `.cca` language |
+//! | [`scheduler`] | the pure scheduler: filters, ranking, unsatisfied reasons, rebalancing moves |
 
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod lang;
+pub mod scheduler;
