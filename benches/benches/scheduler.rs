@@ -44,7 +44,7 @@ fn nodes() -> Vec<NodeStatus> {
             NodeStatus {
                 name: format!("node-{i:05}"),
                 cpu: Cpu::from_millis(cores * 1000),
-                memory: Memory::from_bytes(cores * 4 << 30),
+                memory: Memory::from_bytes((cores * 4) << 30),
                 labels: node_labels,
                 taints,
                 zone: Some(format!("zone-{}", i % 3)),

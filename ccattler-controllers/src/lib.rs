@@ -6,9 +6,9 @@
 //!
 //! - Reading `.cca` files: [`lang`]. [`lang::parse`] turns a [`lang::SourceFile`] into a checked
 //!   [`lang::Document`] or a [`lang::Diagnostics`] that renders every problem with its line and a
-//!   caret; [`lang::format`] prints a document in the canonical layout.
+//!   caret; [`lang::format`](fn@lang::format) prints a document in the canonical layout.
 //!
-//! - Applying them: [`lang::check`] compiles a file to the standard schema's records, and
+//! - Applying them: [`lang::check`](fn@lang::check) compiles a file to the standard schema's records, and
 //!   [`apply::apply_file`] writes them to a store in one guarded transaction (with dry run and
 //!   prune).
 //!

@@ -1,4 +1,4 @@
-//! Shape checks: holds a [`Document`] against the [grammar](super::grammar) table.
+//! Shape checks: holds a [`Document`] against the table in [`super::grammar`].
 //!
 //! These checks know which keywords exist and what their arguments look like, not what the values
 //! mean: units, port ranges, counts, `max < min`, duplicate names and references are the

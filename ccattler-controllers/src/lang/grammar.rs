@@ -1,5 +1,5 @@
 //! The grammar table: which fields each block accepts, with which arguments, and which take a
-//! block of their own. [`check`](super::check) holds a [`Document`](super::Document) against it;
+//! block of their own. [`check`](mod@super::check) holds a [`Document`](super::Document) against it;
 //! the compiler can rely on every statement that passed having one of the listed shapes.
 //!
 //! The table is data, so messages ("accepted: `expose [external] PORT [http|tcp]`") and the

@@ -21,15 +21,15 @@
 //!    here.
 //! 2. [`parser`]: tokens to a [`Document`] of generic [`Statement`]s (keyword, arguments, optional
 //!    block), with spans and comments, recovering after each error.
-//! 3. [`check`]: each statement held against the [`grammar`] table (known fields, argument shapes,
+//! 3. [`check`](mod@check): each statement held against the [`grammar`] table (known fields, argument shapes,
 //!    blocks, repeats).
-//! 4. [`compile`]: gives the tree meaning (units, ranges, names and references) and produces the
+//! 4. [`compile`](mod@compile): gives the tree meaning (units, ranges, names and references) and produces the
 //!    standard schema's records ([`Compiled`]). It pushes its own [`Diagnostic`]s onto the same
 //!    [`Diagnostics`], whose spans point into the same [`SourceFile`].
 //!
 //! [`check`](fn@check) runs all four and is what `apply` and `cca check` use.
 //!
-//! [`format`] prints any tree, valid or not, in the canonical layout.
+//! [`format`](fn@format) prints any tree, valid or not, in the canonical layout.
 //!
 //! ## Layout
 //!
@@ -51,7 +51,7 @@
 //! Each module's docs list its codes: [`lexer`] (`cca::stray-semicolon`, `cca::stray-comma`,
 //! `cca::unexpected-character`, `cca::unterminated-string`, `cca::unterminated-triple-string`,
 //! `cca::bad-escape`), [`parser`] (`cca::expected-keyword`, `cca::unexpected-close-brace`,
-//! `cca::unclosed-brace`, `cca::after-close-brace`, `cca::nesting-too-deep`) and [`check`]
+//! `cca::unclosed-brace`, `cca::after-close-brace`, `cca::nesting-too-deep`) and [`check`](mod@check)
 //! (`cca::unknown-field`, `cca::missing-argument`, `cca::wrong-argument`,
 //! `cca::extra-argument`, `cca::missing-block`, `cca::unexpected-block`, `cca::repeated-field`,
 //! `cca::conflicting-fields`).

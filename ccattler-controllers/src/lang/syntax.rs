@@ -3,7 +3,7 @@
 //! The tree is generic: every line is a [`Statement`] (a keyword, arguments, maybe a block), with
 //! no knowledge of which keywords exist. The [grammar](super::grammar) says which shapes are
 //! allowed and the compiler gives them meaning. Every node carries its [`Span`], and comments are
-//! kept where they were so the [formatter](super::format) can put them back.
+//! kept where they were so the [formatter](mod@super::format) can put them back.
 
 use super::span::Span;
 use super::token::Op;
