@@ -18,6 +18,7 @@
 //! |---|---|
 //! | [`apply`] | apply desired facts in one transaction: diff, dry run, prune |
 //! | [`lang`] | lexer, parser, grammar checks, diagnostics and formatter of the `.cca` language |
+//! | [`standard`] | the standard controllers: intent, instances, scheduler, endpoints, status |
 //! | [`scheduler`] | the pure scheduler: filters, ranking, unsatisfied reasons, rebalancing moves |
 
 #![deny(missing_docs)]
@@ -25,3 +26,4 @@
 pub mod apply;
 pub mod lang;
 pub mod scheduler;
+pub mod standard;

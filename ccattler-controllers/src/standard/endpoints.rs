@@ -1,0 +1,73 @@
+//! [`EndpointController`]: where each service's ready instances can be reached.
+
+use ccattler_core::schema::{self, DesiredState, Endpoints, Health};
+use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
+
+use super::cluster::Cluster;
+
+/// Writes `endpoint/service/{svc}`: the sorted addresses of the service's instances that serve.
+///
+/// An instance serves when it should run, its node is alive, its agent reports it running with
+/// an address, and: when the service has a readiness probe, the probe passes (readiness-gated);
+/// otherwise, its health is not unhealthy. A deleted service loses its endpoints at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EndpointController;
+
+impl Controller for EndpointController {
+    fn name(&self) -> &str {
+        "endpoints"
+    }
+
+    fn watches(&self) -> Vec<String> {
+        vec![
+            schema::SERVICES.into(),
+            schema::INSTANCES.into(),
+            schema::PLACEMENTS.into(),
+            schema::OBSERVED_INSTANCES.into(),
+            schema::NODE_LEASES.into(),
+        ]
+    }
+
+    fn write_domain(&self) -> Vec<String> {
+        vec![schema::ENDPOINTS.into()]
+    }
+
+    fn reconcile(
+        &self,
+        facts: &FactView,
+        _ctx: &mut ReconcileContext<'_>,
+    ) -> Result<Vec<Change>, ReconcileError> {
+        let cluster = Cluster::read(facts);
+        let mut changes = Vec::new();
+        for (name, spec) in &cluster.services {
+            let gated = spec.readiness.is_some();
+            let mut addresses: Vec<String> = cluster
+                .instances_of(name)
+                .filter(|i| i.desired.state == DesiredState::Running && i.node_alive)
+                .filter_map(|i| {
+                    let observed = i.observed.as_ref()?;
+                    let serves = i.is_running()
+                        && if gated {
+                            observed.ready
+                        } else {
+                            observed.health != Health::Unhealthy
+                        };
+                    serves.then(|| observed.address.clone()).flatten()
+                })
+                .collect();
+            addresses.sort();
+            addresses.dedup();
+            changes.push(Change::put(
+                schema::keys::endpoints(name)?,
+                schema::encode(&Endpoints { addresses }),
+            ));
+        }
+        for fact in facts.scan(schema::ENDPOINTS) {
+            let name = fact.key.strip_prefix(schema::ENDPOINTS).unwrap_or_default();
+            if !cluster.services.contains_key(name) {
+                changes.push(Change::delete(fact.key.clone()));
+            }
+        }
+        Ok(changes)
+    }
+}

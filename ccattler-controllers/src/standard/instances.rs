@@ -1,0 +1,280 @@
+//! [`InstanceController`]: keeps the right number of current-version instances of each service.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+use ccattler_core::schema::{
+    self, DesiredInstance, DesiredState, EffectiveService, RestartPolicy, UpdatePolicy,
+};
+use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
+
+use super::cluster::{Cluster, Instance, Standing};
+
+/// Creates, stops and forgets `desired/instance/{id}` records.
+///
+/// # Counting (ARCHITECTURE.md section 6)
+///
+/// - Current-version instances that are pending, placed, pulling, starting or running are
+///   present work: a slow image pull never causes more creations.
+/// - A failed instance under restart `never` (or one that exited cleanly under `on_failure` or
+///   `never`) still counts, so it is not recreated endlessly. Under `always` / `on_failure` a
+///   failed one is asked to stop and replaced once; from then on the replacement counts.
+/// - An instance placed on a node whose lease expired does not count and is replaced. If the node
+///   comes back, the extra instances are stopped in the order below.
+/// - Instances of an older spec version are stopped, paced by the service's update policy:
+///   replacements are created up to `max_extra` above the count, and old running instances are
+///   stopped only while at least `count - max_unavailable` instances run.
+/// - A service with no effective record (deleted) has all its instances stopped.
+///
+/// # Stop order (stable and documented)
+///
+/// Ended instances first, then unplaced, then not yet running, then running but not ready, then
+/// ready; within each group, instances on the node holding the most instances of the service
+/// first (so stopping also evens out the spread), then the highest id first.
+///
+/// # Guarantees
+///
+/// Stopping is a change of desired state (`state: stopped`), guarded like every commit; a second
+/// pass issues nothing new. A stopped instance's record is deleted once it is gone: unplaced, or
+/// reported ended by its node's agent. Ids are `{service}-{16 hex digits}` from the context's id
+/// source (`/` in service names becomes `.`), or `{service}-{ordinal}` for stateful services.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InstanceController;
+
+impl Controller for InstanceController {
+    fn name(&self) -> &str {
+        "instances"
+    }
+
+    fn watches(&self) -> Vec<String> {
+        vec![
+            schema::EFFECTIVE.into(),
+            schema::SERVICES.into(),
+            schema::PLACEMENTS.into(),
+            schema::OBSERVED_INSTANCES.into(),
+            schema::NODE_LEASES.into(),
+        ]
+    }
+
+    fn write_domain(&self) -> Vec<String> {
+        vec![schema::INSTANCES.into()]
+    }
+
+    fn reconcile(
+        &self,
+        facts: &FactView,
+        ctx: &mut ReconcileContext<'_>,
+    ) -> Result<Vec<Change>, ReconcileError> {
+        let cluster = Cluster::read(facts);
+        let mut changes = Vec::new();
+        for service in cluster.service_names() {
+            let instances: Vec<&Instance> = cluster.instances_of(service).collect();
+            let spec = cluster.services.get(service);
+            let plan = ServicePlan {
+                service,
+                restart: spec.map(|s| s.restart).unwrap_or_default(),
+                update: spec.map(|s| s.update).unwrap_or_default(),
+                stateful: spec.is_some_and(|s| s.stateful),
+                instances: &instances,
+            };
+            match cluster.effective.get(service) {
+                Some(effective) => plan.converge(effective, ctx, &mut changes)?,
+                None => plan.stop_all(&mut changes)?,
+            }
+        }
+        Ok(changes)
+    }
+}
+
+struct ServicePlan<'a> {
+    service: &'a str,
+    restart: RestartPolicy,
+    update: UpdatePolicy,
+    stateful: bool,
+    instances: &'a [&'a Instance],
+}
+
+impl ServicePlan<'_> {
+    fn converge(
+        &self,
+        effective: &EffectiveService,
+        ctx: &mut ReconcileContext<'_>,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ReconcileError> {
+        self.forget_gone(changes);
+        let target = effective.instances as usize;
+        let (current, outdated): (Vec<&Instance>, Vec<&Instance>) = self
+            .instances
+            .iter()
+            .partition(|i| i.desired.version == effective.version);
+        let standing = |i: &&Instance| i.standing(self.restart);
+
+        // Failed instances whose policy replaces them: stop them; the deficit replaces them.
+        for instance in current
+            .iter()
+            .filter(|i| standing(i) == Standing::Replaceable)
+        {
+            stop(instance, changes);
+        }
+        let present: Vec<&Instance> = current
+            .iter()
+            .copied()
+            .filter(|i| matches!(standing(i), Standing::Active | Standing::Finished))
+            .collect();
+        let old_active: Vec<&Instance> = outdated
+            .iter()
+            .copied()
+            .filter(|i| standing(i) == Standing::Active)
+            .collect();
+
+        // Create the deficit, at most max_extra above the count while old instances remain.
+        let deficit = target.saturating_sub(present.len());
+        let room = (target + self.update.max_extra as usize)
+            .saturating_sub(present.len() + old_active.len());
+        let create = deficit.min(room);
+        if self.stateful {
+            self.create_ordinals(effective, target, create, changes)?;
+        } else {
+            for _ in 0..create {
+                let id = format!("{}-{}", id_base(self.service), ctx.new_id());
+                changes.push(Change::put(
+                    schema::keys::instance(&id)?,
+                    schema::encode(&DesiredInstance {
+                        service: self.service.to_owned(),
+                        version: effective.version.clone(),
+                        ordinal: None,
+                        state: DesiredState::Running,
+                    }),
+                ));
+            }
+        }
+
+        // Stop the surplus of current instances.
+        if present.len() > target {
+            let surplus = present.len() - target;
+            for instance in self.stop_order(&present).into_iter().take(surplus) {
+                stop(instance, changes);
+            }
+        }
+
+        // Stop old instances: those not running freely, running ones while enough run.
+        let running = |list: &[&Instance]| list.iter().filter(|i| i.is_running()).count();
+        let min_available = target.saturating_sub(self.update.max_unavailable as usize);
+        let mut available = running(&present) + running(&old_active);
+        for instance in self.stop_order(&old_active) {
+            if instance.is_running() {
+                if available <= min_available {
+                    continue;
+                }
+                available -= 1;
+            }
+            stop(instance, changes);
+        }
+        Ok(())
+    }
+
+    /// The service is gone: stop what still runs, forget what is gone.
+    fn stop_all(&self, changes: &mut Vec<Change>) -> Result<(), ReconcileError> {
+        self.forget_gone(changes);
+        for instance in self.instances {
+            if instance.desired.state == DesiredState::Running {
+                stop(instance, changes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the records of stopped instances that are gone.
+    fn forget_gone(&self, changes: &mut Vec<Change>) {
+        for instance in self.instances {
+            if instance.desired.state == DesiredState::Stopped && instance.is_gone() {
+                changes.push(Change::delete(instance.key.clone()));
+            }
+        }
+    }
+
+    fn create_ordinals(
+        &self,
+        effective: &EffectiveService,
+        target: usize,
+        mut create: usize,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ReconcileError> {
+        let taken: std::collections::BTreeSet<u32> = self
+            .instances
+            .iter()
+            .filter_map(|i| i.desired.ordinal)
+            .collect();
+        for ordinal in 0..target as u32 {
+            if create == 0 {
+                break;
+            }
+            if taken.contains(&ordinal) {
+                continue; // in use, or still stopping: the same identity waits for it
+            }
+            let id = format!("{}-{ordinal}", id_base(self.service));
+            changes.push(Change::put(
+                schema::keys::instance(&id)?,
+                schema::encode(&DesiredInstance {
+                    service: self.service.to_owned(),
+                    version: effective.version.clone(),
+                    ordinal: Some(ordinal),
+                    state: DesiredState::Running,
+                }),
+            ));
+            create -= 1;
+        }
+        Ok(())
+    }
+
+    /// `instances` in the documented stop order.
+    fn stop_order<'a>(&self, instances: &[&'a Instance]) -> Vec<&'a Instance> {
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for instance in instances {
+            if let Some(node) = &instance.node {
+                *per_node.entry(node.as_str()).or_default() += 1;
+            }
+        }
+        let mut ordered: Vec<&Instance> = instances.to_vec();
+        ordered.sort_by_key(|i| {
+            let group = match i.standing(self.restart) {
+                Standing::Finished => 0,
+                _ if i.node.is_none() => 1,
+                _ if !i.is_running() => 2,
+                _ if !i.is_ready() => 3,
+                _ => 4,
+            };
+            let crowd = i
+                .node
+                .as_deref()
+                .and_then(|n| per_node.get(n))
+                .copied()
+                .unwrap_or(0);
+            let ordinal = i.desired.ordinal.unwrap_or(0);
+            (
+                group,
+                Reverse(crowd),
+                Reverse(ordinal),
+                Reverse(i.id.clone()),
+            )
+        });
+        ordered
+    }
+}
+
+/// Asks an instance to stop (a guarded change of its desired state).
+fn stop(instance: &Instance, changes: &mut Vec<Change>) {
+    if instance.desired.state == DesiredState::Stopped {
+        return;
+    }
+    let stopped = DesiredInstance {
+        state: DesiredState::Stopped,
+        ..instance.desired.clone()
+    };
+    changes.push(Change::put(instance.key.clone(), schema::encode(&stopped)));
+}
+
+/// The id prefix for a service: its name with `/` replaced by `.`.
+fn id_base(service: &str) -> String {
+    service.replace('/', ".")
+}

@@ -1,0 +1,48 @@
+//! The standard controllers: from desired services to placed, running, reachable instances.
+//!
+//! Each is a pure [`Controller`](ccattler_core::Controller) with its own write domain; they meet
+//! only in the store (see the key table in [`ccattler_core::schema`]).
+//!
+//! | controller | reads | writes |
+//! |---|---|---|
+//! | [`IntentResolver`] | services, autoscaler intents | `effective/service/` |
+//! | [`InstanceController`] | effective, services, placements, observations, node leases | `desired/instance/` |
+//! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/` |
+//! | [`EndpointController`] | services, instances, placements, observations, node leases | `endpoint/service/` |
+//! | [`StatusController`] | services, effective, instances, placements, observations, node leases | `status/service/` |
+//!
+//! [`all`] returns one of each, ready to register with a runner.
+//!
+//! Node failure is not a controller of its own: a node that lost its lease is "not alive" for
+//! every controller that reads `lease/node/`. The instance controller replaces its instances and
+//! stops the surplus when it returns; the scheduler places nothing on it. A separate controller
+//! would have to write `desired/instance/`, which already has a writer.
+
+mod cluster;
+mod endpoints;
+mod instances;
+mod intent;
+mod placement;
+mod status;
+
+pub use cluster::{Cluster, Instance, Standing};
+pub use endpoints::EndpointController;
+pub use instances::InstanceController;
+pub use intent::IntentResolver;
+pub use placement::SchedulerController;
+pub use status::StatusController;
+
+use std::sync::Arc;
+
+use ccattler_core::Controller;
+
+/// One of each standard controller.
+pub fn all() -> Vec<Arc<dyn Controller>> {
+    vec![
+        Arc::new(IntentResolver),
+        Arc::new(InstanceController),
+        Arc::new(SchedulerController),
+        Arc::new(EndpointController),
+        Arc::new(StatusController),
+    ]
+}

@@ -1,0 +1,92 @@
+//! [`StatusController`]: the counts a person looks at, per service.
+
+use ccattler_core::schema::{self, ServiceStatus};
+use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
+
+use super::cluster::{Cluster, Standing};
+
+/// Writes `status/service/{svc}`: desired, present, running and ready as separate numbers
+/// (replica count and availability are different things), and whether the service is being
+/// deleted.
+///
+/// `present` counts what the instance controller counts (current-version instances that are
+/// pending, placed, starting or running, plus ended ones that are not replaced). A deleted
+/// service keeps a status with `deleting: true` until its last instance record is gone; then the
+/// status goes too.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StatusController;
+
+impl Controller for StatusController {
+    fn name(&self) -> &str {
+        "status"
+    }
+
+    fn watches(&self) -> Vec<String> {
+        vec![
+            schema::SERVICES.into(),
+            schema::EFFECTIVE.into(),
+            schema::INSTANCES.into(),
+            schema::PLACEMENTS.into(),
+            schema::OBSERVED_INSTANCES.into(),
+            schema::NODE_LEASES.into(),
+        ]
+    }
+
+    fn write_domain(&self) -> Vec<String> {
+        vec![schema::SERVICE_STATUS.into()]
+    }
+
+    fn reconcile(
+        &self,
+        facts: &FactView,
+        _ctx: &mut ReconcileContext<'_>,
+    ) -> Result<Vec<Change>, ReconcileError> {
+        let cluster = Cluster::read(facts);
+        let mut changes = Vec::new();
+        let mut names: std::collections::BTreeSet<&str> =
+            cluster.services.keys().map(String::as_str).collect();
+        names.extend(cluster.service_names());
+        for name in &names {
+            let spec = cluster.services.get(*name);
+            let restart = spec.map(|s| s.restart).unwrap_or_default();
+            let effective = cluster.effective.get(*name);
+            let version = effective.map(|e| e.version.as_str());
+            let current: Vec<_> = cluster
+                .instances_of(name)
+                .filter(|i| Some(i.desired.version.as_str()) == version)
+                .filter(|i| matches!(i.standing(restart), Standing::Active | Standing::Finished))
+                .collect();
+            let deleting = spec.is_none();
+            if deleting && cluster.instances_of(name).next().is_none() {
+                continue; // gone for good: its status is deleted below
+            }
+            let status = ServiceStatus {
+                desired: if deleting {
+                    0
+                } else {
+                    effective.map_or(0, |e| e.instances)
+                },
+                present: current.len() as u32,
+                running: current.iter().filter(|i| i.is_running()).count() as u32,
+                ready: current.iter().filter(|i| i.is_ready()).count() as u32,
+                deleting,
+            };
+            changes.push(Change::put(
+                schema::keys::service_status(name)?,
+                schema::encode(&status),
+            ));
+        }
+        for fact in facts.scan(schema::SERVICE_STATUS) {
+            let name = fact
+                .key
+                .strip_prefix(schema::SERVICE_STATUS)
+                .unwrap_or_default();
+            let live =
+                cluster.services.contains_key(name) || cluster.instances_of(name).next().is_some();
+            if !live {
+                changes.push(Change::delete(fact.key.clone()));
+            }
+        }
+        Ok(changes)
+    }
+}
