@@ -154,6 +154,7 @@ fn scheduler_benches(c: &mut Criterion) {
         existing: &[],
         requests: &all,
         rebalance: Rebalance::All,
+        reserved: None,
     };
     let full = schedule(&input);
     eprintln!(
@@ -212,6 +213,7 @@ fn scheduler_benches(c: &mut Criterion) {
             existing: &existing,
             requests: &again,
             rebalance,
+            reserved: None,
         };
         let result = schedule(&input);
         assert_eq!(

@@ -370,7 +370,7 @@ proptest! {
     fn schedules_are_valid_deterministic_and_match_the_reference(c in cluster(), rotate in 0usize..9) {
         let names = Names::of(&c);
         let (nodes, existing, requests) = inputs(&c, &names);
-        let input = ScheduleInput { nodes: &nodes, existing: &existing, requests: &requests, rebalance: Rebalance::All };
+        let input = ScheduleInput { nodes: &nodes, existing: &existing, requests: &requests, rebalance: Rebalance::All, reserved: None };
         let s = schedule(&input);
         check(&c, &s, &nodes, &existing, &requests)?;
         prop_assert_eq!(&schedule(&input), &s);
@@ -382,7 +382,7 @@ proptest! {
         existing2.reverse();
         let k = rotate.min(requests2.len());
         requests2.rotate_left(k);
-        let shuffled = ScheduleInput { nodes: &nodes2, existing: &existing2, requests: &requests2, rebalance: Rebalance::All };
+        let shuffled = ScheduleInput { nodes: &nodes2, existing: &existing2, requests: &requests2, rebalance: Rebalance::All, reserved: None };
         prop_assert_eq!(&schedule(&shuffled), &s);
     }
 }

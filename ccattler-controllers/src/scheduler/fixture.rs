@@ -142,6 +142,7 @@ impl Fixture {
             existing: &existing,
             requests: &requests,
             rebalance: self.rebalance,
+            reserved: None,
         }))
     }
 

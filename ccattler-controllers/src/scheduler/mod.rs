@@ -114,6 +114,11 @@ pub fn schedule<'a>(input: &ScheduleInput<'a>) -> Schedule<'a> {
     }
     // One pass over the existing allocation: reserve capacity, group by service. Inputs read
     // from the store come grouped by node (`placement/{node}/`), so the last lookup is reused.
+    for (node, need) in input.reserved.unwrap_or_default() {
+        if let Some(&n) = index.by_name.get(node) {
+            index.reserve(n, *need);
+        }
+    }
     let mut last_node: Option<(&str, u32)> = None;
     for (e, ex) in input.existing.iter().enumerate() {
         let n = match last_node {
@@ -126,7 +131,9 @@ pub fn schedule<'a>(input: &ScheduleInput<'a>) -> Schedule<'a> {
                 n
             }
         };
-        index.reserve(n, ex.resources);
+        if input.reserved.is_none() {
+            index.reserve(n, ex.resources);
+        }
         let e = u32::try_from(e).unwrap_or(u32::MAX);
         if input.rebalance == Rebalance::All {
             existing_of.entry(ex.service).or_default().push((e, n));

@@ -96,6 +96,13 @@ pub struct ScheduleInput<'a> {
     pub requests: &'a [Request<'a>],
     /// Which services get rebalancing suggestions.
     pub rebalance: Rebalance,
+    /// What is already reserved on each node, precomputed by the caller. When `None` (the
+    /// default), [`existing`](Self::existing) reserves capacity; when given, it is the nodes'
+    /// whole reservation (nodes not listed have none) and `existing` only counts instances for spreading and rebalancing, so
+    /// a caller that keeps the totals up to date can pass just the existing instances of the
+    /// services it places, and a call costs time in proportion to nodes and those services, not
+    /// to every instance of the cluster.
+    pub reserved: Option<&'a [(&'a str, Resources)]>,
 }
 
 /// A suggestion to move an existing instance: start a replacement on `to`, then stop the one on

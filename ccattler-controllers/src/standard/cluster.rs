@@ -1,18 +1,28 @@
-//! [`Cluster`]: the typed reading of a fact view that the standard controllers share.
+//! [`Cluster`]: the typed, cross-referenced reading of a fact view that the standard controllers
+//! share, and [`ClusterCache`], which keeps it up to date incrementally.
 //!
-//! Facts that do not decode are skipped here (and reported by [`Cluster::invalid`]), so one bad
-//! value never stops a controller; each controller decides what a missing record means.
+//! Facts that do not decode are skipped (and listed in [`Cluster::invalid`]), so one bad value
+//! never stops a controller; each controller decides what a missing record means.
+//!
+//! # Cost
+//!
+//! [`Cluster::read`] decodes every fact: O(facts). [`ClusterCache::read`] patches the cluster it
+//! built for the previous snapshot with only the facts that changed since (found by
+//! [`FactView::changes_since`], which skips the tree nodes both snapshots share), so a reconcile
+//! after one change costs O(log n) per changed fact, plus, for a node whose lease came or went,
+//! O(its instances). Every map is persistent, so handing a controller its own copy is O(1).
 
-use std::collections::{BTreeMap, BTreeSet};
+use imbl::{OrdMap, OrdSet};
+use parking_lot::Mutex;
 
 use ccattler_core::schema::{
-    self, Assignment, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
-    NodeStatus, ObservedState, RestartPolicy, ServiceSpec,
+    self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
+    Memory, NodeStatus, ObservedState, RestartPolicy, ServiceSpec,
 };
-use ccattler_core::{FactView, Key, Revision};
+use ccattler_core::{Fact, FactView, Key, Revision};
 
 /// A desired instance with everything known about it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Instance {
     /// Its id (the last segment of `desired/instance/{id}`).
     pub id: String,
@@ -83,7 +93,7 @@ impl Instance {
         self.is_running() && self.observed.as_ref().is_some_and(|o| o.ready)
     }
 
-    /// Whether it is gone for good: unplaced, or reported ended by a live node's agent.
+    /// Whether it is gone for good: unplaced, or reported ended by its node's agent.
     pub fn is_gone(&self) -> bool {
         match (&self.node, &self.observed) {
             (None, _) => true,
@@ -93,129 +103,563 @@ impl Instance {
     }
 }
 
+/// CPU and memory reserved on a node by the instances placed there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Reserved CPU.
+    pub cpu: Cpu,
+    /// Reserved memory.
+    pub memory: Memory,
+}
+
 /// Every standard record a view holds, decoded and cross-referenced.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     /// Desired services by name.
-    pub services: BTreeMap<String, ServiceSpec>,
+    pub services: OrdMap<String, ServiceSpec>,
     /// Effective counts and versions by service.
-    pub effective: BTreeMap<String, EffectiveService>,
-    /// Desired instances by id.
-    pub instances: BTreeMap<String, Instance>,
+    pub effective: OrdMap<String, EffectiveService>,
+    /// Desired instances by id, joined with their placement and observation.
+    pub instances: OrdMap<String, Instance>,
     /// Nodes that report status, by name.
-    pub nodes: BTreeMap<String, NodeStatus>,
+    pub nodes: OrdMap<String, NodeStatus>,
     /// Nodes that hold their lease.
-    pub alive: BTreeSet<String>,
+    pub alive: OrdSet<String>,
     /// Placements by instance id: (node, key, mod revision).
-    pub placements: BTreeMap<String, (String, Key, Revision)>,
+    pub placements: OrdMap<String, (String, Key, Revision)>,
+    /// What placed instances reserve, per node (resources of their service's current spec).
+    pub usage: OrdMap<String, Usage>,
     /// Keys whose value did not decode.
-    pub invalid: Vec<Key>,
+    pub invalid: OrdSet<Key>,
+    desired: OrdMap<String, (DesiredInstance, Key, Revision)>,
+    observations: OrdMap<(String, String), InstanceObservation>,
+    by_node: OrdMap<String, OrdSet<String>>,
+    by_service: OrdMap<String, OrdSet<String>>,
+    reserved: OrdMap<String, (String, Usage)>,
+    unplaced: OrdSet<String>,
+    orphans: OrdSet<String>,
+    placement_keys: OrdMap<String, OrdMap<Key, (String, Revision)>>,
 }
 
 impl Cluster {
     /// Reads every standard record present in `view` (a controller sees only what it watches).
     pub fn read(view: &FactView) -> Self {
         let mut cluster = Cluster::default();
-        for fact in view.scan(schema::SERVICES) {
-            match schema::decode::<ServiceSpec>(fact) {
-                Ok(spec) => {
-                    cluster.services.insert(spec.name.clone(), spec);
-                }
-                Err(_) => cluster.invalid.push(fact.key.clone()),
-            }
-        }
-        for fact in view.scan(schema::EFFECTIVE) {
-            let name = fact.key.strip_prefix(schema::EFFECTIVE).unwrap_or_default();
-            match schema::decode::<EffectiveService>(fact) {
-                Ok(effective) => {
-                    cluster.effective.insert(name.to_owned(), effective);
-                }
-                Err(_) => cluster.invalid.push(fact.key.clone()),
-            }
-        }
-        for fact in view.scan(schema::NODE_LEASES) {
-            if let Some(node) = fact.key.strip_prefix(schema::NODE_LEASES) {
-                cluster.alive.insert(node.to_owned());
-            }
-        }
-        for fact in view.scan(schema::NODES) {
-            match schema::decode::<NodeStatus>(fact) {
-                Ok(node) => {
-                    cluster.nodes.insert(node.name.clone(), node);
-                }
-                Err(_) => cluster.invalid.push(fact.key.clone()),
-            }
-        }
-        for fact in view.scan(schema::PLACEMENTS) {
-            match schema::decode::<Assignment>(fact) {
-                Ok(a) => {
-                    cluster
-                        .placements
-                        .insert(a.instance, (a.node, fact.key.clone(), fact.mod_revision));
-                }
-                Err(_) => cluster.invalid.push(fact.key.clone()),
-            }
-        }
-        let mut observed: BTreeMap<(String, String), InstanceObservation> = BTreeMap::new();
-        for fact in view.scan(schema::OBSERVED_INSTANCES) {
-            let rest = fact
-                .key
-                .strip_prefix(schema::OBSERVED_INSTANCES)
-                .unwrap_or_default();
-            let Some((node, id)) = rest.split_once('/') else {
-                continue;
-            };
-            match schema::decode::<InstanceObservation>(fact) {
-                Ok(o) => {
-                    observed.insert((node.to_owned(), id.to_owned()), o);
-                }
-                Err(_) => cluster.invalid.push(fact.key.clone()),
-            }
-        }
-        for fact in view.scan(schema::INSTANCES) {
-            let id = fact
-                .key
-                .strip_prefix(schema::INSTANCES)
-                .unwrap_or_default()
-                .to_owned();
-            let Ok(desired) = schema::decode::<DesiredInstance>(fact) else {
-                cluster.invalid.push(fact.key.clone());
-                continue;
-            };
-            let node = cluster.placements.get(&id).map(|(node, _, _)| node.clone());
-            let observed = node
-                .as_ref()
-                .and_then(|node| observed.remove(&(node.clone(), id.clone())));
-            let node_alive = node.as_ref().is_some_and(|n| cluster.alive.contains(n));
-            cluster.instances.insert(
-                id.clone(),
-                Instance {
-                    id,
-                    desired,
-                    key: fact.key.clone(),
-                    revision: fact.mod_revision,
-                    node,
-                    observed,
-                    node_alive,
-                },
-            );
+        for fact in view.iter() {
+            cluster.apply(&fact.key, Some(fact));
         }
         cluster
     }
 
     /// The instances of one service, in id order.
-    pub fn instances_of<'a>(&'a self, service: &'a str) -> impl Iterator<Item = &'a Instance> + 'a {
-        self.instances
-            .values()
-            .filter(move |i| i.desired.service == service)
+    pub fn instances_of<'a>(&'a self, service: &str) -> impl Iterator<Item = &'a Instance> + 'a {
+        self.by_service
+            .get(service)
+            .into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(|id| self.instances.get(id))
     }
 
     /// Every service that has an effective record or instances, sorted.
-    pub fn service_names(&self) -> BTreeSet<&str> {
+    pub fn service_names(&self) -> std::collections::BTreeSet<&str> {
         self.effective
             .keys()
+            .chain(self.by_service.keys())
             .map(String::as_str)
-            .chain(self.instances.values().map(|i| i.desired.service.as_str()))
             .collect()
+    }
+
+    /// Running instances without a placement, in id order (kept as an index: no scan).
+    pub fn unplaced(&self) -> impl Iterator<Item = &Instance> + '_ {
+        self.unplaced.iter().filter_map(|id| self.instances.get(id))
+    }
+
+    /// Keys of placements whose instance record is gone (kept as an index: no scan).
+    pub fn orphan_placements(&self) -> impl Iterator<Item = &Key> + '_ {
+        self.orphans
+            .iter()
+            .filter_map(|id| self.placements.get(id).map(|(_, key, _)| key))
+    }
+
+    /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
+    pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
+        self.invalid.remove(key);
+        if let Some(name) = key.strip_prefix(schema::SERVICES) {
+            let spec = self.decode::<ServiceSpec>(key, fact);
+            match spec {
+                Some(spec) => self.services.insert(name.to_owned(), spec),
+                None => self.services.remove(name),
+            };
+            self.refresh_service(name);
+        } else if let Some(name) = key.strip_prefix(schema::EFFECTIVE) {
+            match self.decode::<EffectiveService>(key, fact) {
+                Some(e) => self.effective.insert(name.to_owned(), e),
+                None => self.effective.remove(name),
+            };
+        } else if let Some(node) = key.strip_prefix(schema::NODE_LEASES) {
+            if fact.is_some() {
+                self.alive.insert(node.to_owned());
+            } else {
+                self.alive.remove(node);
+            }
+            let placed: Vec<String> = self
+                .by_node
+                .get(node)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default();
+            for id in placed {
+                self.refresh(&id);
+            }
+        } else if let Some(node) = key.strip_prefix(schema::NODES) {
+            match self.decode::<NodeStatus>(key, fact) {
+                Some(status) => self.nodes.insert(node.to_owned(), status),
+                None => self.nodes.remove(node),
+            };
+        } else if let Some(rest) = key.strip_prefix(schema::PLACEMENTS) {
+            // `placement/{node}/{id}`: the key names both.
+            if let Some((node, id)) = rest.split_once('/') {
+                self.set_placement(node, id, key, fact);
+            }
+        } else if let Some(rest) = key.strip_prefix(schema::OBSERVED_INSTANCES) {
+            if let Some((node, id)) = rest.split_once('/') {
+                let pair = (node.to_owned(), id.to_owned());
+                match self.decode::<InstanceObservation>(key, fact) {
+                    Some(o) => self.observations.insert(pair, o),
+                    None => self.observations.remove(&pair),
+                };
+                self.refresh(id);
+            }
+        } else if let Some(id) = key.strip_prefix(schema::INSTANCES) {
+            let old_service = self.desired.get(id).map(|(d, _, _)| d.service.clone());
+            match self.decode::<DesiredInstance>(key, fact) {
+                Some(d) => {
+                    let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+                    self.desired
+                        .insert(id.to_owned(), (d, key.clone(), revision))
+                }
+                None => self.desired.remove(id),
+            };
+            if let Some(service) = old_service {
+                unindex(&mut self.by_service, &service, id);
+            }
+            if let Some((d, _, _)) = self.desired.get(id) {
+                let service = d.service.clone();
+                index(&mut self.by_service, &service, id);
+            }
+            self.refresh(id);
+        }
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(
+        &mut self,
+        key: &Key,
+        fact: Option<&Fact>,
+    ) -> Option<T> {
+        let fact = fact?;
+        match schema::decode::<T>(fact) {
+            Ok(record) => Some(record),
+            Err(_) => {
+                self.invalid.insert(key.clone());
+                None
+            }
+        }
+    }
+
+    /// Records or forgets the placement stored at `key` (on `node`, of instance `id`). Should an
+    /// instance have several (a bug of the writer), the first by key counts.
+    fn set_placement(&mut self, node: &str, id: &str, key: &Key, fact: Option<&Fact>) {
+        let assigned = fact.is_some() && self.decode::<Assignment>(key, fact).is_some();
+        let keys = self.placement_keys.entry(id.to_owned()).or_default();
+        if assigned {
+            let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+            keys.insert(key.clone(), (node.to_owned(), revision));
+        } else {
+            keys.remove(key);
+        }
+        let chosen = keys
+            .iter()
+            .next()
+            .map(|(key, (node, revision))| (key.clone(), node.clone(), *revision));
+        if keys.is_empty() {
+            self.placement_keys.remove(id);
+        }
+        if let Some((old_node, _, _)) = self.placements.remove(id) {
+            unindex(&mut self.by_node, &old_node, id);
+        }
+        if let Some((key, node, revision)) = chosen {
+            index(&mut self.by_node, &node, id);
+            self.placements.insert(id.to_owned(), (node, key, revision));
+        }
+        self.refresh(id);
+    }
+
+    fn refresh_service(&mut self, service: &str) {
+        let ids: Vec<String> = self
+            .by_service
+            .get(service)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in ids {
+            self.refresh(&id);
+        }
+    }
+
+    /// Recomputes the joined [`Instance`] and the reservation of `id`.
+    fn refresh(&mut self, id: &str) {
+        let placed = self.placements.get(id).map(|(node, _, _)| node.clone());
+        let reservation = match (&placed, self.desired.get(id)) {
+            (Some(node), Some((d, _, _))) => {
+                let resources = self
+                    .services
+                    .get(&d.service)
+                    .map(|s| s.resources)
+                    .unwrap_or_default();
+                Some((
+                    node.clone(),
+                    Usage {
+                        cpu: resources.cpu,
+                        memory: resources.memory,
+                    },
+                ))
+            }
+            _ => None,
+        };
+        self.reserve(id, reservation);
+        let Some((desired, key, revision)) = self.desired.get(id).cloned() else {
+            self.instances.remove(id);
+            self.unplaced.remove(id);
+            if placed.is_some() {
+                self.orphans.insert(id.to_owned());
+            } else {
+                self.orphans.remove(id);
+            }
+            return;
+        };
+        self.orphans.remove(id);
+        if placed.is_none() && desired.state == DesiredState::Running {
+            self.unplaced.insert(id.to_owned());
+        } else {
+            self.unplaced.remove(id);
+        }
+        let observed = placed.as_ref().and_then(|node| {
+            self.observations
+                .get(&(node.clone(), id.to_owned()))
+                .cloned()
+        });
+        let node_alive = placed.as_ref().is_some_and(|n| self.alive.contains(n));
+        self.instances.insert(
+            id.to_owned(),
+            Instance {
+                id: id.to_owned(),
+                desired,
+                key,
+                revision,
+                node: placed,
+                observed,
+                node_alive,
+            },
+        );
+    }
+
+    fn reserve(&mut self, id: &str, now: Option<(String, Usage)>) {
+        let now = now.filter(|(_, held)| *held != Usage::default());
+        let before = self.reserved.get(id).cloned();
+        if before == now {
+            return;
+        }
+        if let Some((node, held)) = before {
+            let usage = self.usage.entry(node.clone()).or_default();
+            usage.cpu = usage.cpu.saturating_sub(held.cpu);
+            usage.memory = usage.memory.saturating_sub(held.memory);
+            if *usage == Usage::default() {
+                self.usage.remove(&node);
+            }
+            self.reserved.remove(id);
+        }
+        if let Some((node, held)) = now {
+            let usage = self.usage.entry(node.clone()).or_default();
+            usage.cpu = usage.cpu.checked_add(held.cpu).unwrap_or(usage.cpu);
+            usage.memory = usage
+                .memory
+                .checked_add(held.memory)
+                .unwrap_or(usage.memory);
+            self.reserved.insert(id.to_owned(), (node, held));
+        }
+    }
+}
+
+fn index(map: &mut OrdMap<String, OrdSet<String>>, group: &str, id: &str) {
+    map.entry(group.to_owned())
+        .or_default()
+        .insert(id.to_owned());
+}
+
+fn unindex(map: &mut OrdMap<String, OrdSet<String>>, group: &str, id: &str) {
+    if let Some(set) = map.get_mut(group) {
+        set.remove(id);
+        if set.is_empty() {
+            map.remove(group);
+        }
+    }
+}
+
+/// Keeps a [`Cluster`] in step with the snapshots a controller is handed.
+///
+/// # Guarantees
+///
+/// The cluster returned for a view is the same as [`Cluster::read`] of that view; only the cost
+/// differs. The cache is derived state, so reconcile stays a pure function of the view.
+#[derive(Debug, Default)]
+pub struct ClusterCache {
+    last: Mutex<Option<(FactView, Cluster)>>,
+}
+
+impl ClusterCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        ClusterCache::default()
+    }
+
+    /// The cluster of `view`, patched from the previous one.
+    pub fn read(&self, view: &FactView) -> Cluster {
+        // Taken out while patching: if anything panics, the next call starts afresh.
+        let previous = self.last.lock().take();
+        let cluster = match previous {
+            Some((old_view, mut cluster)) => {
+                for (key, _, new) in view.changes_since(&old_view) {
+                    cluster.apply(key, new);
+                }
+                cluster
+            }
+            None => Cluster::read(view),
+        };
+        *self.last.lock() = Some((view.clone(), cluster.clone()));
+        cluster
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccattler_core::schema::{Resources, keys};
+
+    fn fact(key: Key, value: ccattler_core::Value, rev: u64) -> Fact {
+        Fact {
+            key,
+            value,
+            create_revision: Revision(rev),
+            mod_revision: Revision(rev),
+            version: 1,
+            lease: None,
+        }
+    }
+
+    fn world() -> FactView {
+        let mut view = FactView::new();
+        let spec = ServiceSpec {
+            name: "web".into(),
+            resources: Resources {
+                cpu: Cpu::from_millis(500),
+                memory: Memory::from_bytes(1 << 20),
+            },
+            ..ServiceSpec::default()
+        };
+        view.insert(fact(
+            keys::service("web").unwrap(),
+            schema::encode(&spec),
+            1,
+        ));
+        for (i, node) in ["n1", "n2"].into_iter().enumerate() {
+            view.insert(fact(
+                keys::node_lease(node).unwrap(),
+                node.as_bytes().to_vec().into(),
+                2,
+            ));
+            let id = format!("web-{i}");
+            let desired = DesiredInstance {
+                service: "web".into(),
+                version: "v".into(),
+                ordinal: None,
+                state: DesiredState::Running,
+            };
+            view.insert(fact(
+                keys::instance(&id).unwrap(),
+                schema::encode(&desired),
+                3,
+            ));
+            let a = Assignment {
+                instance: id.clone(),
+                service: "web".into(),
+                node: node.into(),
+            };
+            view.insert(fact(
+                keys::placement(node, &id).unwrap(),
+                schema::encode(&a),
+                4,
+            ));
+        }
+        view
+    }
+
+    #[test]
+    fn joins_and_indexes() {
+        let cluster = Cluster::read(&world());
+        assert_eq!(cluster.instances_of("web").count(), 2);
+        let i = &cluster.instances["web-1"];
+        assert_eq!((i.node.as_deref(), i.node_alive), (Some("n2"), true));
+        assert_eq!(cluster.usage["n1"].cpu, Cpu::from_millis(500));
+    }
+
+    #[test]
+    fn the_cache_agrees_with_a_fresh_read_after_changes() {
+        let cache = ClusterCache::new();
+        let mut view = world();
+        cache.read(&view);
+        view.remove(keys::node_lease("n2").unwrap().as_str());
+        view.remove(keys::placement("n1", "web-0").unwrap().as_str());
+        view.insert(fact(
+            keys::service("web").unwrap(),
+            schema::encode(&ServiceSpec {
+                name: "web".into(),
+                ..ServiceSpec::default()
+            }),
+            9,
+        ));
+        let patched = cache.read(&view);
+        let fresh = Cluster::read(&view);
+        assert_eq!(patched.instances, fresh.instances);
+        assert_eq!(patched.usage, fresh.usage);
+        assert!(!patched.instances["web-1"].node_alive);
+        assert!(patched.instances["web-0"].node.is_none());
+        assert!(patched.usage.is_empty(), "web now reserves nothing");
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One random change to a small world of 2 services, 2 nodes and 4 instances.
+        #[derive(Debug, Clone)]
+        enum Step {
+            Service(usize, Option<u64>),
+            Lease(usize, bool),
+            Instance(usize, Option<(usize, bool)>),
+            Place(usize, Option<usize>),
+            Observe(usize, usize, Option<bool>),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (0..2usize, proptest::option::of(0..4u64)).prop_map(|(s, c)| Step::Service(s, c)),
+                (0..2usize, any::<bool>()).prop_map(|(n, a)| Step::Lease(n, a)),
+                (0..4usize, proptest::option::of((0..2usize, any::<bool>())))
+                    .prop_map(|(i, d)| Step::Instance(i, d)),
+                (0..4usize, proptest::option::of(0..2usize)).prop_map(|(i, n)| Step::Place(i, n)),
+                (0..2usize, 0..4usize, proptest::option::of(any::<bool>()))
+                    .prop_map(|(n, i, o)| Step::Observe(n, i, o)),
+            ]
+        }
+
+        const NODES: [&str; 2] = ["n1", "n2"];
+        const SERVICES: [&str; 2] = ["a", "b"];
+
+        fn apply(view: &mut FactView, step: &Step, rev: u64) {
+            let mut set = |key: Key, value: Option<ccattler_core::Value>| match value {
+                Some(v) => view.insert(fact(key, v, rev)),
+                None => {
+                    view.remove(key.as_str());
+                }
+            };
+            match step {
+                Step::Service(s, cpu) => set(
+                    keys::service(SERVICES[*s]).unwrap(),
+                    cpu.map(|c| {
+                        schema::encode(&ServiceSpec {
+                            name: SERVICES[*s].into(),
+                            resources: Resources {
+                                cpu: Cpu::from_millis(c * 100),
+                                memory: Memory::from_bytes(c),
+                            },
+                            ..ServiceSpec::default()
+                        })
+                    }),
+                ),
+                Step::Lease(n, alive) => set(
+                    keys::node_lease(NODES[*n]).unwrap(),
+                    alive.then(|| ccattler_core::Value::from_static(b"x")),
+                ),
+                Step::Instance(i, desired) => set(
+                    keys::instance(&format!("i{i}")).unwrap(),
+                    desired.map(|(s, running)| {
+                        schema::encode(&DesiredInstance {
+                            service: SERVICES[s].into(),
+                            version: "v".into(),
+                            ordinal: None,
+                            state: if running {
+                                DesiredState::Running
+                            } else {
+                                DesiredState::Stopped
+                            },
+                        })
+                    }),
+                ),
+                Step::Place(i, node) => {
+                    let id = format!("i{i}");
+                    for n in NODES {
+                        view.remove(keys::placement(n, &id).unwrap().as_str());
+                    }
+                    if let Some(n) = node {
+                        let a = Assignment {
+                            instance: id.clone(),
+                            service: "a".into(),
+                            node: NODES[*n].into(),
+                        };
+                        view.insert(fact(
+                            keys::placement(NODES[*n], &id).unwrap(),
+                            schema::encode(&a),
+                            rev,
+                        ));
+                    }
+                }
+                Step::Observe(n, i, running) => set(
+                    keys::observed_instance(NODES[*n], &format!("i{i}")).unwrap(),
+                    running.map(|r| {
+                        schema::encode(&InstanceObservation {
+                            state: if r {
+                                ObservedState::Running
+                            } else {
+                                ObservedState::Failed
+                            },
+                            ..InstanceObservation::default()
+                        })
+                    }),
+                ),
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn the_cache_always_agrees_with_a_fresh_read(steps in proptest::collection::vec(step(), 1..40)) {
+                let cache = ClusterCache::new();
+                let mut view = FactView::new();
+                for (n, step) in steps.iter().enumerate() {
+                    apply(&mut view, step, n as u64 + 1);
+                    let patched = cache.read(&view);
+                    let fresh = Cluster::read(&view);
+                    prop_assert_eq!(&patched.instances, &fresh.instances);
+                    prop_assert_eq!(&patched.usage, &fresh.usage);
+                    prop_assert_eq!(&patched.services, &fresh.services);
+                    prop_assert_eq!(&patched.alive, &fresh.alive);
+                    let ids = |c: &Cluster| c.unplaced().map(|i| i.id.clone()).collect::<Vec<_>>();
+                    prop_assert_eq!(ids(&patched), ids(&fresh));
+                    let orphans = |c: &Cluster| c.orphan_placements().cloned().collect::<Vec<_>>();
+                    prop_assert_eq!(orphans(&patched), orphans(&fresh));
+                    for s in SERVICES {
+                        let of = |c: &Cluster| c.instances_of(s).map(|i| i.id.clone()).collect::<Vec<_>>();
+                        prop_assert_eq!(of(&patched), of(&fresh));
+                    }
+                }
+            }
+        }
     }
 }

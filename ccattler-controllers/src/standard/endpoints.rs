@@ -3,15 +3,24 @@
 use ccattler_core::schema::{self, DesiredState, Endpoints, Health};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::Cluster;
+use super::cluster::ClusterCache;
 
 /// Writes `endpoint/service/{svc}`: the sorted addresses of the service's instances that serve.
 ///
 /// An instance serves when it should run, its node is alive, its agent reports it running with
 /// an address, and: when the service has a readiness probe, the probe passes (readiness-gated);
 /// otherwise, its health is not unhealthy. A deleted service loses its endpoints at once.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EndpointController;
+#[derive(Debug, Default)]
+pub struct EndpointController {
+    cache: ClusterCache,
+}
+
+impl EndpointController {
+    /// A new controller (with an empty cache of the cluster it reads).
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
 
 impl Controller for EndpointController {
     fn name(&self) -> &str {
@@ -37,7 +46,7 @@ impl Controller for EndpointController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = Cluster::read(facts);
+        let cluster = self.cache.read(facts);
         let mut changes = Vec::new();
         for (name, spec) in &cluster.services {
             let gated = spec.readiness.is_some();

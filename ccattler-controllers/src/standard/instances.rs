@@ -8,7 +8,7 @@ use ccattler_core::schema::{
 };
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::{Cluster, Instance, Standing};
+use super::cluster::{ClusterCache, Instance, Standing};
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///
@@ -38,8 +38,17 @@ use super::cluster::{Cluster, Instance, Standing};
 /// pass issues nothing new. A stopped instance's record is deleted once it is gone: unplaced, or
 /// reported ended by its node's agent. Ids are `{service}-{16 hex digits}` from the context's id
 /// source (`/` in service names becomes `.`), or `{service}-{ordinal}` for stateful services.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct InstanceController;
+#[derive(Debug, Default)]
+pub struct InstanceController {
+    cache: ClusterCache,
+}
+
+impl InstanceController {
+    /// A new controller (with an empty cache of the cluster it reads).
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
 
 impl Controller for InstanceController {
     fn name(&self) -> &str {
@@ -65,7 +74,7 @@ impl Controller for InstanceController {
         facts: &FactView,
         ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = Cluster::read(facts);
+        let cluster = self.cache.read(facts);
         let mut changes = Vec::new();
         for service in cluster.service_names() {
             let instances: Vec<&Instance> = cluster.instances_of(service).collect();

@@ -25,7 +25,7 @@ mod intent;
 mod placement;
 mod status;
 
-pub use cluster::{Cluster, Instance, Standing};
+pub use cluster::{Cluster, ClusterCache, Instance, Standing, Usage};
 pub use endpoints::EndpointController;
 pub use instances::InstanceController;
 pub use intent::IntentResolver;
@@ -40,9 +40,9 @@ use ccattler_core::Controller;
 pub fn all() -> Vec<Arc<dyn Controller>> {
     vec![
         Arc::new(IntentResolver),
-        Arc::new(InstanceController),
-        Arc::new(SchedulerController),
-        Arc::new(EndpointController),
-        Arc::new(StatusController),
+        Arc::new(InstanceController::new()),
+        Arc::new(SchedulerController::new()),
+        Arc::new(EndpointController::new()),
+        Arc::new(StatusController::new()),
     ]
 }

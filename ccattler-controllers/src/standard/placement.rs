@@ -2,11 +2,11 @@
 
 use std::collections::BTreeSet;
 
-use ccattler_core::schema::{self, Assignment, DesiredState, Placement, Resources, Unschedulable};
+use ccattler_core::schema::{self, Assignment, Placement, Resources, Unschedulable};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::Cluster;
-use crate::scheduler::{Existing, Node, Rebalance, Request, ScheduleInput, schedule};
+use super::cluster::ClusterCache;
+use crate::scheduler::{Existing, Node, Rebalance, Request, Schedule, ScheduleInput, schedule};
 
 /// Writes `placement/{node}/{id}` for every running instance without one, and
 /// `status/unschedulable/{id}` with the reason for those that fit nowhere.
@@ -27,8 +27,17 @@ use crate::scheduler::{Existing, Node, Rebalance, Request, ScheduleInput, schedu
 /// - Existing placements count against node capacity, including those of stopping instances.
 /// - Unschedulable reasons are rewritten when they change and removed once the instance is
 ///   placed or forgotten.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SchedulerController;
+#[derive(Debug, Default)]
+pub struct SchedulerController {
+    cache: ClusterCache,
+}
+
+impl SchedulerController {
+    /// A new controller (with an empty cache of the cluster it reads).
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
 
 impl Controller for SchedulerController {
     fn name(&self) -> &str {
@@ -53,13 +62,8 @@ impl Controller for SchedulerController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = Cluster::read(facts);
+        let cluster = self.cache.read(facts);
         let mut changes = Vec::new();
-        let nodes: Vec<Node<'_>> = cluster
-            .nodes
-            .values()
-            .map(|status| Node::from_status(status, cluster.alive.contains(&status.name)))
-            .collect();
         let fallback = Placement::default();
         let needs = |service: &str| {
             cluster
@@ -69,37 +73,70 @@ impl Controller for SchedulerController {
                     (spec.resources, &spec.placement)
                 })
         };
-        let mut existing = Vec::new();
+        // Only what this pass needs: the unplaced instances, the existing instances of their
+        // services (for spreading), and the per-node totals the cache keeps up to date. A pass
+        // after one node died costs time for its instances and the node list, not the cluster.
         let mut requests = Vec::new();
-        for instance in cluster.instances.values() {
+        let mut services = BTreeSet::new();
+        for instance in cluster.unplaced() {
+            if !cluster.services.contains_key(&instance.desired.service) {
+                continue; // deleted: the instance controller stops it
+            }
             let (resources, placement) = needs(&instance.desired.service);
-            match &instance.node {
-                Some(node) => existing.push(Existing {
-                    instance: &instance.id,
-                    service: &instance.desired.service,
-                    node,
-                    resources,
-                    placement,
-                }),
-                None if instance.desired.state == DesiredState::Running
-                    && cluster.services.contains_key(&instance.desired.service) =>
-                {
-                    requests.push(Request {
+            services.insert(instance.desired.service.as_str());
+            requests.push(Request {
+                instance: &instance.id,
+                service: &instance.desired.service,
+                resources,
+                placement,
+            });
+        }
+        let mut existing = Vec::new();
+        for service in &services {
+            for instance in cluster.instances_of(service) {
+                if let Some(node) = &instance.node {
+                    let (resources, placement) = needs(service);
+                    existing.push(Existing {
                         instance: &instance.id,
                         service: &instance.desired.service,
+                        node,
                         resources,
                         placement,
                     });
                 }
-                None => {}
             }
         }
-        let plan = schedule(&ScheduleInput {
-            nodes: &nodes,
-            existing: &existing,
-            requests: &requests,
-            rebalance: Rebalance::Off,
-        });
+        // The node list and reservations are only built when there is something to place.
+        let busy = !requests.is_empty();
+        let reserved: Vec<(&str, Resources)> = cluster
+            .usage
+            .iter()
+            .take(if busy { usize::MAX } else { 0 })
+            .map(|(node, u)| {
+                let resources = Resources {
+                    cpu: u.cpu,
+                    memory: u.memory,
+                };
+                (node.as_str(), resources)
+            })
+            .collect();
+        let nodes: Vec<Node<'_>> = cluster
+            .nodes
+            .values()
+            .take(if busy { usize::MAX } else { 0 })
+            .map(|status| Node::from_status(status, cluster.alive.contains(&status.name)))
+            .collect();
+        let plan = if busy {
+            schedule(&ScheduleInput {
+                nodes: &nodes,
+                existing: &existing,
+                requests: &requests,
+                rebalance: Rebalance::Off,
+                reserved: Some(&reserved),
+            })
+        } else {
+            Schedule::default()
+        };
         for (instance, node) in &plan.placements {
             let service = &cluster.instances[*instance].desired.service;
             changes.push(Change::put(
@@ -132,10 +169,8 @@ impl Controller for SchedulerController {
                 changes.push(Change::delete(fact.key.clone()));
             }
         }
-        for (instance, (_, key, _)) in &cluster.placements {
-            if !cluster.instances.contains_key(instance) {
-                changes.push(Change::delete(key.clone()));
-            }
+        for key in cluster.orphan_placements() {
+            changes.push(Change::delete(key.clone()));
         }
         Ok(changes)
     }

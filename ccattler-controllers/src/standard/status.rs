@@ -3,7 +3,7 @@
 use ccattler_core::schema::{self, ServiceStatus};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::{Cluster, Standing};
+use super::cluster::{ClusterCache, Standing};
 
 /// Writes `status/service/{svc}`: desired, present, running and ready as separate numbers
 /// (replica count and availability are different things), and whether the service is being
@@ -13,8 +13,17 @@ use super::cluster::{Cluster, Standing};
 /// pending, placed, starting or running, plus ended ones that are not replaced). A deleted
 /// service keeps a status with `deleting: true` until its last instance record is gone; then the
 /// status goes too.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StatusController;
+#[derive(Debug, Default)]
+pub struct StatusController {
+    cache: ClusterCache,
+}
+
+impl StatusController {
+    /// A new controller (with an empty cache of the cluster it reads).
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
 
 impl Controller for StatusController {
     fn name(&self) -> &str {
@@ -41,7 +50,7 @@ impl Controller for StatusController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = Cluster::read(facts);
+        let cluster = self.cache.read(facts);
         let mut changes = Vec::new();
         let mut names: std::collections::BTreeSet<&str> =
             cluster.services.keys().map(String::as_str).collect();
