@@ -1,0 +1,207 @@
+//! [`ClusterBuilder`] and [`NodeSpec`]: the shape of a [`TestCluster`] before it starts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_core::runner::LoopConfig;
+use ccattler_core::schema::{Cpu, Memory, NodeStatus};
+use ccattler_store::{MemoryConfig, MemoryStore};
+
+use super::TestCluster;
+use super::agent::AgentTiming;
+use super::time::{TokioClock, spawn_reaper};
+
+/// One node of a [`TestCluster`]: what its stand-in agent reports in `observed/node/{name}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// The status the agent reports (name, capacity, labels, zone, architecture, address).
+    pub status: NodeStatus,
+}
+
+impl NodeSpec {
+    /// A node called `name` with `cpu` and `memory`, architecture `amd64`, address `name`.
+    pub fn new(name: impl Into<String>, cpu: Cpu, memory: Memory) -> Self {
+        let name = name.into();
+        NodeSpec {
+            status: NodeStatus {
+                address: name.clone(),
+                name,
+                cpu,
+                memory,
+                architecture: "amd64".into(),
+                ..NodeStatus::default()
+            },
+        }
+    }
+
+    /// Sets the zone.
+    #[must_use]
+    pub fn zone(mut self, zone: impl Into<String>) -> Self {
+        self.status.zone = Some(zone.into());
+        self
+    }
+
+    /// Adds a label.
+    #[must_use]
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.status.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.status.name
+    }
+}
+
+/// Builds a [`TestCluster`]; start with [`TestCluster::builder`].
+///
+/// | setting | default |
+/// |---|---|
+/// | nodes | none: add them with [`nodes`](Self::nodes) or [`node`](Self::node) |
+/// | [`lease_ttl`](Self::lease_ttl) | 10 s (node leases; agents renew every third of it) |
+/// | [`start_delay`](Self::start_delay), [`stop_delay`](Self::stop_delay) | 0: instances start and stop at once |
+/// | [`loop_config`](Self::loop_config) | [`LoopConfig::default`] |
+/// | [`seed`](Self::seed) | 0 (the runner's conflict jitter) |
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ClusterBuilder {
+    nodes: Vec<NodeSpec>,
+    zones: Vec<String>,
+    labels: BTreeMap<String, String>,
+    lease_ttl: Duration,
+    timing: AgentTiming,
+    loop_config: LoopConfig,
+    seed: u64,
+}
+
+impl Default for ClusterBuilder {
+    fn default() -> Self {
+        ClusterBuilder {
+            nodes: Vec::new(),
+            zones: Vec::new(),
+            labels: BTreeMap::new(),
+            lease_ttl: Duration::from_secs(10),
+            timing: AgentTiming::default(),
+            loop_config: LoopConfig::default(),
+            seed: 0,
+        }
+    }
+}
+
+impl ClusterBuilder {
+    /// Adds `count` nodes named `n1`, `n2`, ... (numbering continues after nodes already added),
+    /// each with `cpu` and `memory`.
+    pub fn nodes(mut self, count: usize, cpu: Cpu, memory: Memory) -> Self {
+        let first = self.nodes.len() + 1;
+        for i in first..first + count {
+            self.nodes.push(NodeSpec::new(format!("n{i}"), cpu, memory));
+        }
+        self
+    }
+
+    /// Adds one node as specified.
+    pub fn node(mut self, node: NodeSpec) -> Self {
+        self.nodes.push(node);
+        self
+    }
+
+    /// Spreads nodes without a zone over `zones`, round-robin in the order they were added.
+    pub fn zones<I, Z>(mut self, zones: I) -> Self
+    where
+        I: IntoIterator<Item = Z>,
+        Z: Into<String>,
+    {
+        self.zones = zones.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Gives every node these labels (labels set on a [`NodeSpec`] win).
+    pub fn labels<I, K, V>(mut self, labels: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.labels = labels
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self
+    }
+
+    /// The TTL of node leases (at least 1 s, the store's minimum).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// How long an instance reports `starting` before `running` (0: at once).
+    pub fn start_delay(mut self, delay: Duration) -> Self {
+        self.timing.start_delay = delay;
+        self
+    }
+
+    /// How long an instance asked to stop keeps its state before reporting `stopped`.
+    pub fn stop_delay(mut self, delay: Duration) -> Self {
+        self.timing.stop_delay = delay;
+        self
+    }
+
+    /// The runner's loop timings.
+    pub fn loop_config(mut self, config: LoopConfig) -> Self {
+        self.loop_config = config;
+        self
+    }
+
+    /// Seeds the runner's conflict jitter.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Starts the store, the lease reaper, one agent per node and the runner, then waits until
+    /// every node holds its lease and reports its status.
+    ///
+    /// # Panics
+    ///
+    /// When the nodes do not register within a minute of (virtual) time, which means a bug.
+    pub async fn build(self) -> TestCluster {
+        let clock = TokioClock::new();
+        let store = MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock)));
+        let reaper = spawn_reaper(store.clone());
+        let mut nodes = self.nodes;
+        for (i, node) in nodes.iter_mut().enumerate() {
+            if node.status.zone.is_none() && !self.zones.is_empty() {
+                node.status.zone = Some(self.zones[i % self.zones.len()].clone());
+            }
+            for (key, value) in &self.labels {
+                node.status
+                    .labels
+                    .entry(key.clone())
+                    .or_insert_with(|| value.clone());
+            }
+        }
+        let mut cluster = TestCluster::assemble(
+            store,
+            reaper,
+            self.lease_ttl,
+            self.timing,
+            self.loop_config,
+            self.seed,
+        );
+        for node in nodes {
+            cluster.add_node(node);
+        }
+        cluster.start_runner();
+        let names: Vec<String> = cluster.node_names();
+        cluster
+            .wait_until(Duration::from_secs(60), |s| {
+                names.iter().all(|n| s.node_alive(n) && s.node(n).is_some())
+            })
+            .await
+            .expect("every node registers");
+        cluster
+    }
+}

@@ -1,0 +1,338 @@
+//! [`Snapshot`]: the whole store at one revision, read the way the standard controllers read it;
+//! [`Recording`]: a value computed from every revision the store goes through.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use ccattler_controllers::standard::{Cluster, Instance, IntentResolver};
+use ccattler_core::schema::{
+    self, DesiredState, Endpoints, InstanceObservation, NodeStatus, ScaleIntent, ServiceStatus,
+};
+use ccattler_core::{
+    EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
+};
+use ccattler_store::MemoryStore;
+use futures_util::{FutureExt, StreamExt};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Every fact of the store at one revision, with typed readers.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    view: FactView,
+    cluster: OnceLock<Cluster>,
+}
+
+impl Snapshot {
+    pub(crate) fn new(view: FactView) -> Self {
+        Snapshot {
+            view,
+            cluster: OnceLock::new(),
+        }
+    }
+
+    /// The raw facts.
+    pub fn view(&self) -> &FactView {
+        &self.view
+    }
+
+    /// The revision the snapshot reflects.
+    pub fn revision(&self) -> Revision {
+        self.view.revision()
+    }
+
+    /// The standard records, decoded and cross-referenced as the controllers see them (computed on
+    /// first use).
+    pub fn cluster(&self) -> &Cluster {
+        self.cluster.get_or_init(|| Cluster::read(&self.view))
+    }
+
+    fn fact(&self, key: Result<Key, KeyError>) -> Option<&Fact> {
+        self.view.get(key.ok()?.as_str())
+    }
+
+    /// `status/service/{svc}`.
+    pub fn status(&self, service: &str) -> Option<ServiceStatus> {
+        schema::decode(self.fact(schema::keys::service_status(service))?).ok()
+    }
+
+    /// `endpoint/service/{svc}`.
+    pub fn endpoints(&self, service: &str) -> Option<Endpoints> {
+        schema::decode(self.fact(schema::keys::endpoints(service))?).ok()
+    }
+
+    /// `observed/node/{node}`.
+    pub fn node(&self, node: &str) -> Option<NodeStatus> {
+        schema::decode(self.fact(schema::keys::node(node))?).ok()
+    }
+
+    /// Whether `lease/node/{node}` exists.
+    pub fn node_alive(&self, node: &str) -> bool {
+        schema::keys::node_lease(node).is_ok_and(|key| self.view.contains(key.as_str()))
+    }
+
+    /// `observed/instance/{node}/{id}`.
+    pub fn observed(&self, node: &str, id: &str) -> Option<InstanceObservation> {
+        schema::decode(self.fact(schema::keys::observed_instance(node, id))?).ok()
+    }
+
+    /// The desired instances of `service` (running or stopping), in id order.
+    pub fn instances(&self, service: &str) -> Vec<&Instance> {
+        self.cluster().instances_of(service).collect()
+    }
+
+    /// How many `placement/{node}/` keys each node holds (nodes without any are absent).
+    pub fn placements(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for fact in self.view.scan(schema::PLACEMENTS) {
+            let rest = fact
+                .key
+                .strip_prefix(schema::PLACEMENTS)
+                .unwrap_or_default();
+            if let Some((node, _)) = rest.split_once('/') {
+                *counts.entry(node.to_owned()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Instances of `service` that should run, are placed on a live node and run there, per node.
+    pub fn spread(&self, service: &str) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for instance in self.cluster().instances_of(service) {
+            if instance.desired.state == DesiredState::Running
+                && instance.node_alive
+                && instance.is_running()
+                && let Some(node) = &instance.node
+            {
+                *counts.entry(node.clone()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Whether every desired service is fully converged: exactly its count of current-version
+    /// instances, all running and ready on live nodes, none stopping; status desired = present =
+    /// running = ready; endpoints list each; and nothing is left of deleted services.
+    pub fn is_converged(&self) -> bool {
+        let cluster = self.cluster();
+        let services_ok = cluster.services.iter().all(|(name, spec)| {
+            let Some(effective) = cluster.effective.get(name) else {
+                return false;
+            };
+            let intent = schema::keys::scale_intent(name)
+                .ok()
+                .and_then(|key| self.view.get(key.as_str()))
+                .and_then(|fact| schema::decode::<ScaleIntent>(fact).ok());
+            if *effective != IntentResolver::resolve(spec, intent.as_ref()) {
+                return false; // the intent resolver has not caught up with the spec yet
+            }
+            let n = effective.instances;
+            let instances: Vec<&Instance> = cluster.instances_of(name).collect();
+            let all_good = instances.iter().all(|i| {
+                i.desired.state == DesiredState::Running
+                    && i.desired.version == spec.version()
+                    && i.node_alive
+                    && i.is_ready()
+            });
+            let status = ServiceStatus {
+                desired: n,
+                present: n,
+                running: n,
+                ready: n,
+                deleting: false,
+            };
+            all_good
+                && instances.len() == n as usize
+                && self.status(name).as_ref() == Some(&status)
+                && self
+                    .endpoints(name)
+                    .is_some_and(|e| e.addresses.len() == n as usize)
+        });
+        let leftovers = cluster
+            .instances
+            .values()
+            .any(|i| !cluster.services.contains_key(&i.desired.service));
+        let stale_status = self.view.scan(schema::SERVICE_STATUS).any(|f| {
+            let name = f
+                .key
+                .strip_prefix(schema::SERVICE_STATUS)
+                .unwrap_or_default();
+            !cluster.services.contains_key(name)
+        });
+        services_ok && !leftovers && !stale_status
+    }
+
+    /// One line per service: its status, and the placement counts per node, for messages.
+    pub fn summary(&self) -> String {
+        let mut out = format!("at revision {}:", self.revision());
+        for fact in self.view.scan(schema::SERVICE_STATUS) {
+            out.push_str(&format!(
+                "\n  {} {}",
+                fact.key,
+                fact.value_str().unwrap_or("?")
+            ));
+        }
+        out.push_str(&format!("\n  placements {:?}", self.placements()));
+        out
+    }
+
+    /// Applies one watch event.
+    fn apply(&mut self, event: &WatchEvent) {
+        match event.kind {
+            EventKind::Put => self.view.insert(event.fact.clone()),
+            EventKind::Delete => {
+                self.view.remove(event.fact.key.as_str());
+            }
+        }
+        if event.revision() > self.view.revision() {
+            self.view.set_revision(event.revision());
+        }
+        self.cluster = OnceLock::new();
+    }
+}
+
+/// A [`wait_until`](super::TestCluster::wait_until) whose condition did not hold in time.
+pub struct WaitTimeout {
+    /// How long it waited.
+    pub waited: Duration,
+    /// The last state seen.
+    pub last: Snapshot,
+}
+
+impl fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "condition not met within {:?}; last state {}",
+            self.waited,
+            self.last.summary()
+        )
+    }
+}
+
+impl fmt::Debug for WaitTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for WaitTimeout {}
+
+/// Reads the whole store, then follows it: a snapshot after each burst of events, or after
+/// each revision.
+pub(crate) struct Follower {
+    snapshot: Snapshot,
+    watch: <MemoryStore as FactStore>::Watch,
+    /// The first event of the next revision, read while looking for the end of one.
+    pending: Option<WatchEvent>,
+}
+
+impl Follower {
+    pub(crate) async fn start(store: &MemoryStore) -> Self {
+        let scan = store.scan("").await.expect("scan the memory store");
+        let watch = store
+            .watch("", scan.revision.next())
+            .await
+            .expect("watch the memory store");
+        let snapshot = Snapshot::new(FactView::from_facts(scan.revision, scan.facts));
+        Follower {
+            snapshot,
+            watch,
+            pending: None,
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// Waits for the next change and applies it: every event already delivered, or (with
+    /// `per_revision`) exactly the events of the next revision.
+    pub(crate) async fn next(&mut self, per_revision: bool) {
+        let mut event = match self.pending.take() {
+            Some(event) => event,
+            None => unwrap_event(self.watch.next().await),
+        };
+        loop {
+            self.snapshot.apply(&event);
+            let Some(item) = self.watch.next().now_or_never() else {
+                return;
+            };
+            let next = unwrap_event(item);
+            if per_revision && next.revision() != event.revision() {
+                self.pending = Some(next);
+                return;
+            }
+            event = next;
+        }
+    }
+}
+
+fn unwrap_event(item: Option<Result<WatchEvent, StoreError>>) -> WatchEvent {
+    item.expect("a memory store watch does not end")
+        .expect("the harness keeps up with its watch (the history is large enough)")
+}
+
+/// Values computed from every revision of the store, from the revision
+/// [`TestCluster::record`](super::TestCluster::record) was called at on; consecutive equal values
+/// are kept once.
+#[derive(Debug)]
+pub struct Recording<T> {
+    store: MemoryStore,
+    task: JoinHandle<()>,
+    seen: watch::Receiver<Revision>,
+    history: Arc<Mutex<Vec<(Revision, T)>>>,
+}
+
+impl<T: PartialEq + Send + 'static> Recording<T> {
+    pub(crate) async fn start<F>(store: &MemoryStore, mut f: F) -> Self
+    where
+        F: FnMut(&Snapshot) -> T + Send + 'static,
+    {
+        let mut follower = Follower::start(store).await;
+        let history = Arc::new(Mutex::new(Vec::new()));
+        let (seen_tx, seen) = watch::channel(Revision::default());
+        let shared = Arc::clone(&history);
+        let task = tokio::spawn(async move {
+            loop {
+                let snapshot = follower.snapshot();
+                let value = f(snapshot);
+                {
+                    let mut history = shared.lock().expect("recording lock");
+                    if history.last().is_none_or(|(_, last)| *last != value) {
+                        history.push((snapshot.revision(), value));
+                    }
+                }
+                let _ = seen_tx.send(snapshot.revision());
+                follower.next(true).await;
+            }
+        });
+        Recording {
+            store: store.clone(),
+            task,
+            seen,
+            history,
+        }
+    }
+
+    /// Waits until every revision committed so far is recorded, stops, and returns the values
+    /// with the revision at which each first held.
+    pub async fn finish(mut self) -> Vec<(Revision, T)> {
+        let target = self.store.revision().await.expect("memory store revision");
+        self.seen
+            .wait_for(|seen| *seen >= target)
+            .await
+            .expect("the recording task runs until finished");
+        self.task.abort();
+        std::mem::take(&mut *self.history.lock().expect("recording lock"))
+    }
+}
+
+impl<T> Drop for Recording<T> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
