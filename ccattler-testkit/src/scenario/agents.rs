@@ -1,0 +1,141 @@
+//! The stand-in node agents: the smallest deterministic agent that closes the loop.
+//!
+//! For each live node (one holding `lease/node/{node}`), in name order, one commit:
+//!
+//! - a placed instance that should run and whose observation was not set by hand is reported
+//!   `running`, ready and healthy, at `{node}:{port}` (ports from 10000 up, per node, given once
+//!   per instance, so addresses never change);
+//! - a placed instance asked to stop that the agent still sees active (or never saw) is reported
+//!   `stopped`; ended instances stay as reported;
+//! - an observation whose placement is gone is deleted (the agent removed the instance).
+//!
+//! It never restarts an instance that ended: replacing it is the controllers' job. A dead node's
+//! agent reports nothing, and its observations stay as they were.
+
+use ccattler_core::schema::{
+    self, DesiredInstance, DesiredState, Health, InstanceObservation, ObservedState, ServiceSpec,
+};
+use ccattler_core::{Change, Fact};
+
+use super::world::{Applied, World, WorldError};
+
+impl World {
+    /// One pass of every live node's agent. Returns what changed.
+    ///
+    /// # Errors
+    ///
+    /// Never in practice; kept for symmetry with [`World::step`].
+    pub fn agents_pass(&mut self) -> Result<Vec<Applied>, WorldError> {
+        let nodes: Vec<String> = self
+            .scan(schema::NODE_LEASES)
+            .filter_map(|f| f.key.strip_prefix(schema::NODE_LEASES).map(String::from))
+            .collect();
+        let mut applied = Vec::new();
+        for node in nodes {
+            let changes = self.agent_changes(&node)?;
+            for change in self.commit(changes)? {
+                applied.push(Applied {
+                    by: format!("agent/{node}"),
+                    change,
+                });
+            }
+        }
+        Ok(applied)
+    }
+
+    fn agent_changes(&mut self, node: &str) -> Result<Vec<Change>, WorldError> {
+        let key_error = |e: ccattler_core::KeyError| WorldError(e.to_string());
+        let placed: Vec<String> = self
+            .scan(&format!("{}{node}/", schema::PLACEMENTS))
+            .filter_map(|f| f.key.as_str().rsplit('/').next().map(String::from))
+            .collect();
+        let mut changes = Vec::new();
+        for id in &placed {
+            let Some(desired) = self
+                .get(schema::keys::instance(id).map_err(key_error)?.as_str())
+                .and_then(|f| schema::decode::<DesiredInstance>(f).ok())
+            else {
+                continue; // forgotten: the scheduler deletes the placement next
+            };
+            let key = schema::keys::observed_instance(node, id).map_err(key_error)?;
+            let seen = self.get(key.as_str()).and_then(decode_observation);
+            let report = match desired.state {
+                DesiredState::Running if self.held.contains(id) => None,
+                DesiredState::Running => match &seen {
+                    Some(o) if o.state == ObservedState::Running => None,
+                    Some(o) if !o.state.is_active() => None, // ended: not restarted here
+                    _ => Some(self.started(node, id, &desired.service)),
+                },
+                DesiredState::Stopped => {
+                    self.held.remove(id);
+                    match seen {
+                        Some(o) if !o.state.is_active() => None,
+                        seen => Some(stopped(node, &desired.service, seen)),
+                    }
+                }
+            };
+            if let Some(report) = report {
+                changes.push(Change::put(key, schema::encode(&report)));
+            }
+        }
+        for fact in self.scan(&format!("{}{node}/", schema::OBSERVED_INSTANCES)) {
+            let id = fact.key.as_str().rsplit('/').next().unwrap_or_default();
+            if !placed.iter().any(|p| p == id) {
+                changes.push(Change::delete(fact.key.clone()));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// The instance's address on its node: given once, from port 10000 up per node.
+    pub(crate) fn address(&mut self, node: &str, id: &str) -> String {
+        if let Some(address) = self.addresses.get(id) {
+            return address.clone();
+        }
+        let port = self.ports.entry(node.to_owned()).or_insert(10_000);
+        let address = format!("{node}:{port}");
+        *port += 1;
+        self.addresses.insert(id.to_owned(), address.clone());
+        address
+    }
+
+    /// A running, ready, healthy report at the instance's address (given on first start).
+    fn started(&mut self, node: &str, id: &str, service: &str) -> InstanceObservation {
+        let address = self.address(node, id);
+        let image = self
+            .get(&format!("{}{service}", schema::SERVICES))
+            .and_then(|f| schema::decode::<ServiceSpec>(f).ok())
+            .map(|s| s.image)
+            .unwrap_or_default();
+        InstanceObservation {
+            node: node.to_owned(),
+            service: service.to_owned(),
+            state: ObservedState::Running,
+            address: Some(address),
+            health: Health::Healthy,
+            ready: true,
+            image,
+            ..InstanceObservation::default()
+        }
+    }
+}
+
+/// The report of an instance the agent stopped on request.
+fn stopped(node: &str, service: &str, seen: Option<InstanceObservation>) -> InstanceObservation {
+    let base = seen.unwrap_or_else(|| InstanceObservation {
+        node: node.to_owned(),
+        service: service.to_owned(),
+        ..InstanceObservation::default()
+    });
+    InstanceObservation {
+        state: ObservedState::Stopped,
+        address: None,
+        ready: false,
+        health: Health::Unknown,
+        ..base
+    }
+}
+
+pub(crate) fn decode_observation(fact: &Fact) -> Option<InstanceObservation> {
+    schema::decode::<InstanceObservation>(fact).ok()
+}
