@@ -2,6 +2,9 @@
 //! asserts the plans they snapshot with insta.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ccattler_core::{Change, Controller, FactView, Key, ReconcileContext, ReconcileError};
 
 use ccattler_testkit::scenario::{self, run_str};
 
@@ -109,12 +112,48 @@ fn a_plan_shows_the_ids_the_next_step_creates() {
     );
 }
 
+/// Flips `flip/state` between two values on every pass: it never settles.
+struct Flip;
+
+impl Controller for Flip {
+    fn name(&self) -> &str {
+        "flip"
+    }
+    fn watches(&self) -> Vec<String> {
+        vec!["flip/".into()]
+    }
+    fn write_domain(&self) -> Vec<String> {
+        vec!["flip/".into()]
+    }
+    fn reconcile(
+        &self,
+        facts: &FactView,
+        _ctx: &mut ReconcileContext<'_>,
+    ) -> Result<Vec<Change>, ReconcileError> {
+        let next = match facts.get("flip/state").and_then(|f| f.value_str()) {
+            Some("a") => "b",
+            _ => "a",
+        };
+        Ok(vec![Change::put(Key::new("flip/state")?, next)])
+    }
+}
+
 #[test]
 fn a_livelock_is_reported_not_looped() {
-    // Nothing here can livelock the standard controllers; check the bound at least holds for a
-    // quiet world and that `run` reports how many rounds changed something.
-    let mut world = scenario::World::new();
-    assert_eq!(world.run(), Ok(0));
+    let mut quiet = scenario::World::new();
+    assert_eq!(
+        quiet.run(),
+        Ok(0),
+        "nothing to do: the first round is the fixpoint"
+    );
+    let mut world = scenario::World::with_controllers(|| vec![Arc::new(Flip)]);
+    let err = world.run().unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "no fixpoint after 100 rounds (a livelock); the last round changed 1 facts:"
+        ) && err.contains("flip: put flip/state"),
+        "{err}"
+    );
 }
 
 /// Every kind of expectation fails, with a message saying what it found, when it does not hold:

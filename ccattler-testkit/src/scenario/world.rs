@@ -55,6 +55,7 @@ pub struct World {
     facts: BTreeMap<Key, Fact>,
     revision: Revision,
     ids: SequentialIds,
+    make: fn() -> Vec<Arc<dyn Controller>>,
     controllers: Vec<Arc<dyn Controller>>,
     pub(crate) agents_on: bool,
     /// Instances whose observation was set by hand: the agent stand-in leaves them as they are
@@ -87,13 +88,20 @@ impl World {
     /// The time of every reconcile: 2023-11-14T22:13:20Z.
     pub const NOW: Duration = Duration::from_secs(1_700_000_000);
 
-    /// An empty world with every standard controller and agents on.
+    /// An empty world with every standard controller ([`standard::all`]) and agents on.
     pub fn new() -> Self {
+        World::with_controllers(standard::all)
+    }
+
+    /// An empty world whose controllers `make` builds (again on each
+    /// [`restart_controllers`](World::restart_controllers)), agents on.
+    pub fn with_controllers(make: fn() -> Vec<Arc<dyn Controller>>) -> Self {
         World {
             facts: BTreeMap::new(),
             revision: Revision::ZERO,
             ids: SequentialIds::new("i"),
-            controllers: standard::all(),
+            make,
+            controllers: make(),
             agents_on: true,
             held: BTreeSet::new(),
             ports: BTreeMap::new(),
@@ -135,7 +143,7 @@ impl World {
     /// Replaces the controllers by new objects (the same kinds, in the same order) over the same
     /// facts. Ids keep counting, as a real runner's random ids would not repeat.
     pub fn restart_controllers(&mut self) {
-        self.controllers = standard::all();
+        self.controllers = (self.make)();
     }
 
     /// Commits `changes` as one transaction and returns those that were not no-ops.
