@@ -139,6 +139,7 @@ pub struct Cluster {
     unplaced: OrdSet<String>,
     orphans: OrdSet<String>,
     placement_keys: OrdMap<String, OrdMap<Key, (String, Revision)>>,
+    touched: std::collections::BTreeSet<String>,
 }
 
 impl Cluster {
@@ -174,6 +175,13 @@ impl Cluster {
         self.unplaced.iter().filter_map(|id| self.instances.get(id))
     }
 
+    /// Services whose records changed since [`take_touched`](Self::take_touched) was last
+    /// called: their spec, effective record, instances, or their instances' placement,
+    /// observation or node liveness.
+    pub fn take_touched(&mut self) -> std::collections::BTreeSet<String> {
+        std::mem::take(&mut self.touched)
+    }
+
     /// Keys of placements whose instance record is gone (kept as an index: no scan).
     pub fn orphan_placements(&self) -> impl Iterator<Item = &Key> + '_ {
         self.orphans
@@ -190,8 +198,10 @@ impl Cluster {
                 Some(spec) => self.services.insert(name.to_owned(), spec),
                 None => self.services.remove(name),
             };
+            self.touched.insert(name.to_owned());
             self.refresh_service(name);
         } else if let Some(name) = key.strip_prefix(schema::EFFECTIVE) {
+            self.touched.insert(name.to_owned());
             match self.decode::<EffectiveService>(key, fact) {
                 Some(e) => self.effective.insert(name.to_owned(), e),
                 None => self.effective.remove(name),
@@ -241,6 +251,7 @@ impl Cluster {
             };
             if let Some(service) = old_service {
                 unindex(&mut self.by_service, &service, id);
+                self.touched.insert(service);
             }
             if let Some((d, _, _)) = self.desired.get(id) {
                 let service = d.service.clone();
@@ -306,6 +317,9 @@ impl Cluster {
 
     /// Recomputes the joined [`Instance`] and the reservation of `id`.
     fn refresh(&mut self, id: &str) {
+        if let Some((d, _, _)) = self.desired.get(id) {
+            self.touched.insert(d.service.clone());
+        }
         let placed = self.placements.get(id).map(|(node, _, _)| node.clone());
         let reservation = match (&placed, self.desired.get(id)) {
             (Some(node), Some((d, _, _))) => {
@@ -422,19 +436,70 @@ impl ClusterCache {
 
     /// The cluster of `view`, patched from the previous one.
     pub fn read(&self, view: &FactView) -> Cluster {
+        self.read_changes(view).0
+    }
+
+    /// The cluster of `view`, and the services whose records changed since the previous call
+    /// (`None`: this is the first read, consider every service changed).
+    pub fn read_changes(
+        &self,
+        view: &FactView,
+    ) -> (Cluster, Option<std::collections::BTreeSet<String>>) {
         // Taken out while patching: if anything panics, the next call starts afresh.
         let previous = self.last.lock().take();
-        let cluster = match previous {
+        let (mut cluster, first) = match previous {
             Some((old_view, mut cluster)) => {
                 for (key, _, new) in view.changes_since(&old_view) {
                     cluster.apply(key, new);
                 }
-                cluster
+                (cluster, false)
             }
-            None => Cluster::read(view),
+            None => (Cluster::read(view), true),
         };
+        let touched = cluster.take_touched();
         *self.last.lock() = Some((view.clone(), cluster.clone()));
-        cluster
+        (cluster, (!first).then_some(touched))
+    }
+}
+
+/// A [`ClusterCache`] plus the services whose last plan proposed changes, so a controller
+/// plans only the services that changed, or that still had work left, since its last pass.
+///
+/// # Guarantees
+///
+/// A service is left out of a pass only when none of its records changed since a pass that
+/// proposed nothing for it: since a service's plan depends only on its own records, that plan
+/// would be empty again. A pass that fails between [`begin`](Self::begin) and
+/// [`finish`](Self::finish) leaves every service it was to plan pending for the next one.
+#[derive(Debug, Default)]
+pub struct PlanCache {
+    cache: ClusterCache,
+    pending: Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl PlanCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        PlanCache::default()
+    }
+
+    /// The cluster of `view` and the services to plan in this pass.
+    pub fn begin(&self, view: &FactView) -> (Cluster, std::collections::BTreeSet<String>) {
+        let (cluster, touched) = self.cache.read_changes(view);
+        let mut pending = self.pending.lock();
+        match touched {
+            Some(touched) => pending.extend(touched),
+            None => {
+                pending.extend(cluster.services.keys().cloned());
+                pending.extend(cluster.service_names().into_iter().map(str::to_owned));
+            }
+        }
+        (cluster, pending.clone())
+    }
+
+    /// Records which of the planned services still had changes to propose.
+    pub fn finish(&self, with_changes: std::collections::BTreeSet<String>) {
+        *self.pending.lock() = with_changes;
     }
 }
 

@@ -3,7 +3,7 @@
 use ccattler_core::schema::{self, DesiredState, Endpoints, Health};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::ClusterCache;
+use super::cluster::PlanCache;
 
 /// Writes `endpoint/service/{svc}`: the sorted addresses of the service's instances that serve.
 ///
@@ -12,7 +12,7 @@ use super::cluster::ClusterCache;
 /// otherwise, its health is not unhealthy. A deleted service loses its endpoints at once.
 #[derive(Debug, Default)]
 pub struct EndpointController {
-    cache: ClusterCache,
+    cache: PlanCache,
 }
 
 impl EndpointController {
@@ -46,9 +46,19 @@ impl Controller for EndpointController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = self.cache.read(facts);
+        let (cluster, to_plan) = self.cache.begin(facts);
         let mut changes = Vec::new();
-        for (name, spec) in &cluster.services {
+        let mut with_changes = std::collections::BTreeSet::new();
+        for name in &to_plan {
+            let key = schema::keys::endpoints(name)?;
+            let held = facts.get(key.as_str());
+            let Some(spec) = cluster.services.get(name) else {
+                if let Some(fact) = held {
+                    changes.push(Change::delete(fact.key.clone()));
+                    with_changes.insert(name.clone());
+                }
+                continue;
+            };
             let gated = spec.readiness.is_some();
             let mut addresses: Vec<String> = cluster
                 .instances_of(name)
@@ -66,17 +76,13 @@ impl Controller for EndpointController {
                 .collect();
             addresses.sort();
             addresses.dedup();
-            changes.push(Change::put(
-                schema::keys::endpoints(name)?,
-                schema::encode(&Endpoints { addresses }),
-            ));
-        }
-        for fact in facts.scan(schema::ENDPOINTS) {
-            let name = fact.key.strip_prefix(schema::ENDPOINTS).unwrap_or_default();
-            if !cluster.services.contains_key(name) {
-                changes.push(Change::delete(fact.key.clone()));
+            let value = schema::encode(&Endpoints { addresses });
+            if held.map(|f| &f.value) != Some(&value) {
+                changes.push(Change::put(key, value));
+                with_changes.insert(name.clone());
             }
         }
+        self.cache.finish(with_changes);
         Ok(changes)
     }
 }

@@ -8,7 +8,7 @@ use ccattler_core::schema::{
 };
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::{ClusterCache, Instance, Standing};
+use super::cluster::{Instance, PlanCache, Standing};
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///
@@ -40,7 +40,7 @@ use super::cluster::{ClusterCache, Instance, Standing};
 /// source (`/` in service names becomes `.`), or `{service}-{ordinal}` for stateful services.
 #[derive(Debug, Default)]
 pub struct InstanceController {
-    cache: ClusterCache,
+    cache: PlanCache,
 }
 
 impl InstanceController {
@@ -74,9 +74,12 @@ impl Controller for InstanceController {
         facts: &FactView,
         ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = self.cache.read(facts);
+        let (cluster, to_plan) = self.cache.begin(facts);
         let mut changes = Vec::new();
-        for service in cluster.service_names() {
+        let mut with_changes = std::collections::BTreeSet::new();
+        for service in &to_plan {
+            let service = service.as_str();
+            let before = changes.len();
             let instances: Vec<&Instance> = cluster.instances_of(service).collect();
             let spec = cluster.services.get(service);
             let plan = ServicePlan {
@@ -90,7 +93,11 @@ impl Controller for InstanceController {
                 Some(effective) => plan.converge(effective, ctx, &mut changes)?,
                 None => plan.stop_all(&mut changes)?,
             }
+            if changes.len() > before {
+                with_changes.insert(service.to_owned());
+            }
         }
+        self.cache.finish(with_changes);
         Ok(changes)
     }
 }

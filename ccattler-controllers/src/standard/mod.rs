@@ -25,7 +25,7 @@ mod intent;
 mod placement;
 mod status;
 
-pub use cluster::{Cluster, ClusterCache, Instance, Standing, Usage};
+pub use cluster::{Cluster, ClusterCache, Instance, PlanCache, Standing, Usage};
 pub use endpoints::EndpointController;
 pub use instances::InstanceController;
 pub use intent::IntentResolver;

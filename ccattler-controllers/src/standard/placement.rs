@@ -120,11 +120,17 @@ impl Controller for SchedulerController {
                 (node.as_str(), resources)
             })
             .collect();
+        // Both maps are sorted by name: walk them together rather than look each node up.
+        let mut alive = cluster.alive.iter().peekable();
         let nodes: Vec<Node<'_>> = cluster
             .nodes
             .values()
             .take(if busy { usize::MAX } else { 0 })
-            .map(|status| Node::from_status(status, cluster.alive.contains(&status.name)))
+            .map(|status| {
+                while alive.next_if(|name| **name < status.name).is_some() {}
+                let is_alive = alive.next_if(|name| **name == status.name).is_some();
+                Node::from_status(status, is_alive)
+            })
             .collect();
         let plan = if busy {
             schedule(&ScheduleInput {

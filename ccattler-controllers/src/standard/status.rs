@@ -3,7 +3,7 @@
 use ccattler_core::schema::{self, ServiceStatus};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::{ClusterCache, Standing};
+use super::cluster::{PlanCache, Standing};
 
 /// Writes `status/service/{svc}`: desired, present, running and ready as separate numbers
 /// (replica count and availability are different things), and whether the service is being
@@ -15,7 +15,7 @@ use super::cluster::{ClusterCache, Standing};
 /// status goes too.
 #[derive(Debug, Default)]
 pub struct StatusController {
-    cache: ClusterCache,
+    cache: PlanCache,
 }
 
 impl StatusController {
@@ -50,52 +50,55 @@ impl Controller for StatusController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = self.cache.read(facts);
+        let (cluster, to_plan) = self.cache.begin(facts);
         let mut changes = Vec::new();
-        let mut names: std::collections::BTreeSet<&str> =
-            cluster.services.keys().map(String::as_str).collect();
-        names.extend(cluster.service_names());
-        for name in &names {
-            let spec = cluster.services.get(*name);
-            let restart = spec.map(|s| s.restart).unwrap_or_default();
-            let effective = cluster.effective.get(*name);
-            let version = effective.map(|e| e.version.as_str());
-            let current: Vec<_> = cluster
-                .instances_of(name)
-                .filter(|i| Some(i.desired.version.as_str()) == version)
-                .filter(|i| matches!(i.standing(restart), Standing::Active | Standing::Finished))
-                .collect();
+        let mut with_changes = std::collections::BTreeSet::new();
+        for name in &to_plan {
+            let key = schema::keys::service_status(name)?;
+            let held = facts.get(key.as_str());
+            let spec = cluster.services.get(name);
             let deleting = spec.is_none();
-            if deleting && cluster.instances_of(name).next().is_none() {
-                continue; // gone for good: its status is deleted below
-            }
-            let status = ServiceStatus {
-                desired: if deleting {
-                    0
-                } else {
-                    effective.map_or(0, |e| e.instances)
-                },
-                present: current.len() as u32,
-                running: current.iter().filter(|i| i.is_running()).count() as u32,
-                ready: current.iter().filter(|i| i.is_ready()).count() as u32,
-                deleting,
+            let wanted = if deleting && cluster.instances_of(name).next().is_none() {
+                None // gone for good
+            } else {
+                let restart = spec.map(|s| s.restart).unwrap_or_default();
+                let effective = cluster.effective.get(name);
+                let version = effective.map(|e| e.version.as_str());
+                let current: Vec<_> = cluster
+                    .instances_of(name)
+                    .filter(|i| Some(i.desired.version.as_str()) == version)
+                    .filter(|i| {
+                        matches!(i.standing(restart), Standing::Active | Standing::Finished)
+                    })
+                    .collect();
+                Some(ServiceStatus {
+                    desired: if deleting {
+                        0
+                    } else {
+                        effective.map_or(0, |e| e.instances)
+                    },
+                    present: current.len() as u32,
+                    running: current.iter().filter(|i| i.is_running()).count() as u32,
+                    ready: current.iter().filter(|i| i.is_ready()).count() as u32,
+                    deleting,
+                })
             };
-            changes.push(Change::put(
-                schema::keys::service_status(name)?,
-                schema::encode(&status),
-            ));
-        }
-        for fact in facts.scan(schema::SERVICE_STATUS) {
-            let name = fact
-                .key
-                .strip_prefix(schema::SERVICE_STATUS)
-                .unwrap_or_default();
-            let live =
-                cluster.services.contains_key(name) || cluster.instances_of(name).next().is_some();
-            if !live {
-                changes.push(Change::delete(fact.key.clone()));
+            match (wanted, held) {
+                (Some(status), held) => {
+                    let value = schema::encode(&status);
+                    if held.map(|f| &f.value) != Some(&value) {
+                        changes.push(Change::put(key, value));
+                        with_changes.insert(name.clone());
+                    }
+                }
+                (None, Some(fact)) => {
+                    changes.push(Change::delete(fact.key.clone()));
+                    with_changes.insert(name.clone());
+                }
+                (None, None) => {}
             }
         }
+        self.cache.finish(with_changes);
         Ok(changes)
     }
 }
