@@ -60,7 +60,10 @@ pub use error::StoreError;
 pub use fact::{EventKind, Fact, LeaseId, Revision, Value, WatchEvent};
 pub use key::{Key, KeyError};
 pub use runner::Runner;
-pub use runtime::{InstanceSpec, InstanceState, ObservedInstance, Runtime, RuntimeError};
+pub use runtime::{
+    ExecOutput, FileSpec, InstanceSpec, InstanceState, InstanceStats, MountSpec, ObservedInstance,
+    Runtime, RuntimeError,
+};
 pub use store::{FactStore, Scan};
 pub use txn::{CmpOp, Compare, CompareTarget, Lease, Op, StoreLimits, Txn, TxnResponse};
 pub use view::FactView;

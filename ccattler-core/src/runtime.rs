@@ -1,9 +1,36 @@
 //! The [`Runtime`] contract: what a node agent asks of the thing that runs workloads.
 //!
-//! Implementations (simulator, Linux processes, containerd) live in `ccattler-runtime`.
+//! Implementations (simulator, Linux processes, containerd) live in `ccattler-runtime`, and one
+//! conformance suite in `ccattler-testkit` holds each of them to this contract.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::schema::{Cpu, Memory};
+
+/// A file written into the instance before it starts (a config file or a secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Where the instance sees it: an absolute path.
+    pub path: String,
+    /// The content.
+    pub content: Vec<u8>,
+    /// Unix permission bits: `0o644` for config, `0o600` for secrets.
+    pub mode: u32,
+}
+
+/// A host directory made visible inside the instance (a volume).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountSpec {
+    /// The directory on the node.
+    pub source: PathBuf,
+    /// Where the instance sees it.
+    pub target: String,
+    /// Whether the instance may only read it.
+    pub read_only: bool,
+}
 
 /// Everything a runtime needs to start one instance.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -11,12 +38,25 @@ use std::future::Future;
 pub struct InstanceSpec {
     /// The instance id; unique in the cluster, stable across restarts of the instance.
     pub id: String,
-    /// The image to run (a container image reference; ignored by the process runtime).
+    /// The service it belongs to (for labels and logs).
+    pub service: String,
+    /// The image to run (a container image reference; the process runtime ignores it).
     pub image: String,
     /// The argument vector; empty means the image's default.
     pub command: Vec<String>,
     /// Environment variables.
     pub env: BTreeMap<String, String>,
+    /// Files to materialise before the start.
+    pub files: Vec<FileSpec>,
+    /// Volumes to mount.
+    pub mounts: Vec<MountSpec>,
+    /// Ports the instance listens on. The process runtime gives the first one a free host port
+    /// and passes it as `PORT`.
+    pub ports: Vec<u16>,
+    /// CPU limit (zero: none).
+    pub cpu: Cpu,
+    /// Memory limit (zero: none).
+    pub memory: Memory,
 }
 
 impl InstanceSpec {
@@ -28,21 +68,41 @@ impl InstanceSpec {
             ..InstanceSpec::default()
         }
     }
+
+    /// Sets the command.
+    #[must_use]
+    pub fn command<I, S>(mut self, argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.command = argv.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds an environment variable.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
 }
 
 /// What a runtime reports about one instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InstanceState {
-    /// Being prepared (image pull, working directory); not yet started.
+    /// Being prepared (image, working directory, init); not yet running.
     Starting,
     /// Running.
     Running,
-    /// Ended on its own with an exit code.
+    /// Ended on its own with an exit code (128 + signal number when killed by a signal).
     Exited {
-        /// The exit code (128 + signal number when killed by a signal).
+        /// The exit code.
         code: i32,
     },
+    /// Stopped on request.
+    Stopped,
     /// Could not be started; the reason says why.
     Failed {
         /// What went wrong, for people.
@@ -50,13 +110,60 @@ pub enum InstanceState {
     },
 }
 
+impl InstanceState {
+    /// Whether the instance has ended (exited, stopped or failed).
+    pub fn has_ended(&self) -> bool {
+        matches!(
+            self,
+            InstanceState::Exited { .. } | InstanceState::Stopped | InstanceState::Failed { .. }
+        )
+    }
+}
+
 /// One instance as the runtime sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ObservedInstance {
     /// The instance id.
     pub id: String,
     /// Its state.
     pub state: InstanceState,
+    /// Where it serves (`host:port`), when it exposes a port.
+    pub address: Option<String>,
+    /// How many times it was started again after ending.
+    pub restarts: u32,
+}
+
+impl ObservedInstance {
+    /// An observation with no address and no restarts.
+    pub fn new(id: impl Into<String>, state: InstanceState) -> Self {
+        ObservedInstance {
+            id: id.into(),
+            state,
+            address: None,
+            restarts: 0,
+        }
+    }
+}
+
+/// Resource use of one instance, sampled now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstanceStats {
+    /// CPU in use, averaged since the previous sample (or since the start).
+    pub cpu: Cpu,
+    /// Resident memory.
+    pub memory: Memory,
+}
+
+/// What a command run inside an instance printed and returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The exit code.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: Vec<u8>,
+    /// Standard error.
+    pub stderr: Vec<u8>,
 }
 
 /// Why a runtime operation failed.
@@ -69,13 +176,30 @@ pub enum RuntimeError {
         /// The image reference.
         image: String,
     },
-    /// The workload could not be started (missing command, bad spec, crash at start).
+    /// The command to run does not exist.
+    #[error("command {command:?} not found")]
+    CommandNotFound {
+        /// The command.
+        command: String,
+    },
+    /// The workload could not be started (bad spec, unwritable directory, crash at start).
     #[error("instance {id} failed to start: {reason}")]
     StartFailed {
         /// The instance id.
         id: String,
         /// What went wrong.
         reason: String,
+    },
+    /// The runtime knows no instance with this id.
+    #[error("no instance {0}")]
+    NotFound(String),
+    /// An operation did not finish in time.
+    #[error("{what} timed out after {after:?}")]
+    Timeout {
+        /// What timed out.
+        what: String,
+        /// The limit.
+        after: Duration,
     },
     /// The runtime itself cannot be reached; nothing about the instance is known.
     #[error("runtime unreachable: {message}")]
@@ -93,9 +217,13 @@ pub enum RuntimeError {
 /// # Guarantees an implementation must keep
 ///
 /// - `ensure_running` and `ensure_stopped` are idempotent: calling them again for an instance
-///   already in that state does nothing and succeeds.
+///   already in that state does nothing and succeeds. `ensure_running` on an instance that ended
+///   starts it again and counts a restart.
 /// - `observe` is the only truth about what runs; it includes instances started before the
-///   runtime object was created (adopted after an agent restart).
+///   runtime object was created (adopted after an agent restart), and ended instances until
+///   they are [`remove`](Runtime::remove)d.
+/// - Failures to start are reported, not hidden: either as an error of `ensure_running` or as an
+///   observed [`InstanceState::Failed`] with the reason.
 pub trait Runtime: Send + Sync + 'static {
     /// Makes sure the instance runs, starting it if it does not.
     fn ensure_running(
@@ -103,9 +231,35 @@ pub trait Runtime: Send + Sync + 'static {
         spec: &InstanceSpec,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
-    /// Makes sure the instance does not run, stopping it if it does.
-    fn ensure_stopped(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+    /// Makes sure the instance does not run: a polite stop (SIGTERM), then a forced one after
+    /// `grace`. Stopping an unknown or ended instance succeeds.
+    fn ensure_stopped(
+        &self,
+        id: &str,
+        grace: Duration,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Forgets an ended instance and frees what it held (working directory, container).
+    fn remove(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
     /// Every instance the runtime knows of, running or ended.
     fn observe(&self) -> impl Future<Output = Result<Vec<ObservedInstance>, RuntimeError>> + Send;
+
+    /// Current CPU and memory use of a running instance.
+    fn stats(&self, id: &str) -> impl Future<Output = Result<InstanceStats, RuntimeError>> + Send;
+
+    /// The last `lines` lines of the instance's output (stdout and stderr interleaved).
+    fn logs(
+        &self,
+        id: &str,
+        lines: usize,
+    ) -> impl Future<Output = Result<String, RuntimeError>> + Send;
+
+    /// Runs a command inside the instance (probes, init steps), killed after `timeout`.
+    fn exec(
+        &self,
+        id: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> impl Future<Output = Result<ExecOutput, RuntimeError>> + Send;
 }
