@@ -30,11 +30,13 @@ const RETRY: Duration = Duration::from_millis(100);
 /// 1. Grants a store lease, writes `lease/node/{node}` with it and `observed/node/{node}` (one
 ///    transaction), and renews the lease every third of its TTL.
 /// 2. Lists `placement/{node}/`, `desired/instance/` and its own `observed/instance/{node}/`
-///    (re-adopting whatever it reported before a restart), then watches the first two.
+///    (re-adopting whatever it reported before a restart), then watches the first two. It keeps
+///    only the desired records of its own instances; a record written before its placement was
+///    seen is read with one `get` when the placement arrives.
 /// 3. For every instance placed on its node: desired `running` → `starting` (if a start delay is
 ///    set) then `running` with address `{node}:{port}` (a port per instance, from 20000), ready
-///    and healthy; desired `stopped` (or no desired record) → `stopped`. When the placement goes,
-///    the observation goes too.
+///    and healthy; desired `stopped` → `stopped`; no desired record (forgotten, being gone) →
+///    nothing. When the placement goes, the observation goes too.
 ///
 /// # Guarantees
 ///
@@ -134,6 +136,12 @@ impl<S: FactStore> FakeAgent<S> {
         let mut keep_alive = tokio::time::interval(self.lease_ttl / 3);
         keep_alive.tick().await;
         loop {
+            for key in world.take_fetches() {
+                let fact = self.store.get(&key).await?;
+                if let Some(fact) = fact {
+                    world.desired(&key, Some(fact));
+                }
+            }
             world.converge(Instant::now());
             world.report(&self.store).await?;
             let next_timer = world.next_timer();
@@ -151,8 +159,7 @@ impl<S: FactStore> FakeAgent<S> {
                     }
                 }
             }
-            // Take in everything already delivered, desired records first (an instance is
-            // created before it is placed), so one burst makes one report.
+            // Take in everything already delivered, so one burst makes one report.
             while let Some(item) = instances.next().now_or_never() {
                 world.event(&unwrap(item)?);
             }

@@ -1,7 +1,7 @@
 //! [`World`]: what one stand-in node knows (placements, desired records) and runs, and the
 //! observations it reports.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{
     self, Assignment, DesiredInstance, DesiredState, Health, InstanceObservation, ObservedState,
@@ -29,8 +29,12 @@ pub(crate) struct World {
     timing: AgentTiming,
     /// Instances placed here: id → service.
     placed: BTreeMap<String, String>,
-    /// Every desired instance record, undecoded: most are not ours.
-    desired: HashMap<String, Fact>,
+    /// The desired records of the instances placed here (not the others': with 50 nodes, each
+    /// would hold every record of the cluster).
+    desired: BTreeMap<String, Fact>,
+    /// Placed instances whose desired record must be read (it was written before the placement,
+    /// when this node did not keep it).
+    fetch: BTreeSet<String>,
     running: BTreeMap<String, Proc>,
     reported: BTreeMap<String, InstanceObservation>,
     timers: BTreeSet<(Instant, String)>,
@@ -43,7 +47,8 @@ impl World {
             node,
             timing,
             placed: BTreeMap::new(),
-            desired: HashMap::new(),
+            desired: BTreeMap::new(),
+            fetch: BTreeSet::new(),
             running: BTreeMap::new(),
             reported: BTreeMap::new(),
             timers: BTreeSet::new(),
@@ -64,17 +69,48 @@ impl World {
         let Some(id) = last_segment(key) else { return };
         let assignment = fact.and_then(|f| schema::decode::<Assignment>(f).ok());
         match assignment {
-            Some(a) => self.placed.insert(id.to_owned(), a.service),
-            None => self.placed.remove(id),
-        };
+            Some(a) => {
+                if self.placed.insert(id.to_owned(), a.service).is_none()
+                    && !self.desired.contains_key(id)
+                {
+                    self.fetch.insert(id.to_owned());
+                }
+            }
+            None => {
+                self.placed.remove(id);
+                self.desired.remove(id);
+                self.fetch.remove(id);
+            }
+        }
     }
 
+    /// A desired record changed (or was read); kept only for instances placed here, and only
+    /// when newer than the one held.
     pub(crate) fn desired(&mut self, key: &Key, fact: Option<Fact>) {
         let Some(id) = last_segment(key) else { return };
+        if !self.placed.contains_key(id) {
+            return;
+        }
+        self.fetch.remove(id);
         match fact {
-            Some(fact) => self.desired.insert(id.to_owned(), fact),
-            None => self.desired.remove(id),
-        };
+            Some(fact) => {
+                let held = self.desired.get(id).map(|f| f.mod_revision);
+                if held.is_none_or(|held| held < fact.mod_revision) {
+                    self.desired.insert(id.to_owned(), fact);
+                }
+            }
+            None => {
+                self.desired.remove(id);
+            }
+        }
+    }
+
+    /// The desired keys to read, for instances placed before their record was seen here.
+    pub(crate) fn take_fetches(&mut self) -> Vec<Key> {
+        std::mem::take(&mut self.fetch)
+            .into_iter()
+            .filter_map(|id| schema::keys::instance(&id).ok())
+            .collect()
     }
 
     /// Takes over what this node reported before (a restarted agent keeps its instances).
