@@ -101,6 +101,8 @@ fn cluster() -> FactView {
                 instance: id.clone(),
                 service: spec.name.clone(),
                 node: node.clone(),
+                version: version.clone(),
+                state: DesiredState::Running,
             };
             view.insert(fact(
                 schema::keys::placement(&node, &id).expect("key"),

@@ -556,6 +556,8 @@ mod tests {
                 instance: id.clone(),
                 service: "web".into(),
                 node: node.into(),
+                version: "v".into(),
+                state: DesiredState::Running,
             };
             view.insert(fact(
                 keys::placement(node, &id).unwrap(),
@@ -678,6 +680,8 @@ mod tests {
                             instance: id.clone(),
                             service: "a".into(),
                             node: NODES[*n].into(),
+                            version: String::new(),
+                            state: DesiredState::Running,
                         };
                         view.insert(fact(
                             keys::placement(NODES[*n], &id).unwrap(),

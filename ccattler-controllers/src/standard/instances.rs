@@ -243,7 +243,9 @@ impl ServicePlan<'_> {
         Ok(())
     }
 
-    /// `instances` in the documented stop order.
+    /// `instances` in the documented stop order. The crowding of a node is counted again after
+    /// each pick, so stopping several instances evens the spread out rather than emptying the
+    /// most crowded node first. Costs O(n^2) for n instances of one service.
     fn stop_order<'a>(&self, instances: &[&'a Instance]) -> Vec<&'a Instance> {
         let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
         for instance in instances {
@@ -251,29 +253,40 @@ impl ServicePlan<'_> {
                 *per_node.entry(node.as_str()).or_default() += 1;
             }
         }
-        let mut ordered: Vec<&Instance> = instances.to_vec();
-        ordered.sort_by_key(|i| {
-            let group = match i.standing(self.restart) {
-                Standing::Finished => 0,
-                _ if i.node.is_none() => 1,
-                _ if !i.is_running() => 2,
-                _ if !i.is_ready() => 3,
-                _ => 4,
+        let group = |i: &Instance| match i.standing(self.restart) {
+            Standing::Finished => 0,
+            _ if i.node.is_none() => 1,
+            _ if !i.is_running() => 2,
+            _ if !i.is_ready() => 3,
+            _ => 4,
+        };
+        let mut left: Vec<&'a Instance> = instances.to_vec();
+        let mut ordered = Vec::with_capacity(left.len());
+        while !left.is_empty() {
+            let key = |i: &&'a Instance| {
+                let crowd = i
+                    .node
+                    .as_deref()
+                    .and_then(|n| per_node.get(n))
+                    .copied()
+                    .unwrap_or(0);
+                let ordinal = i.desired.ordinal.unwrap_or(0);
+                (
+                    group(i),
+                    Reverse(crowd),
+                    Reverse(ordinal),
+                    Reverse(i.id.clone()),
+                )
             };
-            let crowd = i
-                .node
-                .as_deref()
-                .and_then(|n| per_node.get(n))
-                .copied()
-                .unwrap_or(0);
-            let ordinal = i.desired.ordinal.unwrap_or(0);
-            (
-                group,
-                Reverse(crowd),
-                Reverse(ordinal),
-                Reverse(i.id.clone()),
-            )
-        });
+            let Some((index, _)) = left.iter().enumerate().min_by_key(|(_, i)| key(i)) else {
+                break;
+            };
+            let picked = left.swap_remove(index);
+            if let Some(count) = picked.node.as_deref().and_then(|n| per_node.get_mut(n)) {
+                *count = count.saturating_sub(1);
+            }
+            ordered.push(picked);
+        }
         ordered
     }
 }

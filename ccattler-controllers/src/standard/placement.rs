@@ -2,10 +2,10 @@
 
 use std::collections::BTreeSet;
 
-use ccattler_core::schema::{self, Assignment, Placement, Resources, Unschedulable};
+use ccattler_core::schema::{self, Assignment, DesiredState, Placement, Resources, Unschedulable};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::ClusterCache;
+use super::cluster::PlanCache;
 use crate::scheduler::{Existing, Node, Rebalance, Request, Schedule, ScheduleInput, schedule};
 
 /// Writes `placement/{node}/{id}` for every running instance without one, and
@@ -25,11 +25,13 @@ use crate::scheduler::{Existing, Node, Rebalance, Request, Schedule, ScheduleInp
 /// - An instance is never assigned twice: existing placements are kept until the instance
 ///   record is forgotten, then deleted.
 /// - Existing placements count against node capacity, including those of stopping instances.
+/// - A placement mirrors its instance's desired state and version, so an agent learns that an
+///   instance must stop from its own `placement/{node}/` prefix alone.
 /// - Unschedulable reasons are rewritten when they change and removed once the instance is
 ///   placed or forgotten.
 #[derive(Debug, Default)]
 pub struct SchedulerController {
-    cache: ClusterCache,
+    cache: PlanCache,
 }
 
 impl SchedulerController {
@@ -62,8 +64,29 @@ impl Controller for SchedulerController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = self.cache.read(facts);
+        let (cluster, to_plan) = self.cache.begin(facts);
         let mut changes = Vec::new();
+        // Placed instances whose desired state changed: mirror it into their placement.
+        let mut with_changes = BTreeSet::new();
+        for service in &to_plan {
+            for instance in cluster.instances_of(service) {
+                let Some((node, key, _)) = cluster.placements.get(&instance.id) else {
+                    continue;
+                };
+                let wanted = schema::encode(&Assignment {
+                    instance: instance.id.clone(),
+                    service: instance.desired.service.clone(),
+                    node: node.clone(),
+                    version: instance.desired.version.clone(),
+                    state: instance.desired.state,
+                });
+                if facts.get(key.as_str()).map(|f| &f.value) != Some(&wanted) {
+                    changes.push(Change::put(key.clone(), wanted));
+                    with_changes.insert(service.clone());
+                }
+            }
+        }
+        self.cache.finish(with_changes);
         let fallback = Placement::default();
         let needs = |service: &str| {
             cluster
@@ -151,6 +174,8 @@ impl Controller for SchedulerController {
                     instance: (*instance).to_owned(),
                     service: service.clone(),
                     node: (*node).to_owned(),
+                    version: cluster.instances[*instance].desired.version.clone(),
+                    state: DesiredState::Running,
                 }),
             ));
         }

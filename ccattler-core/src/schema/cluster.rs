@@ -49,6 +49,9 @@ pub struct DesiredInstance {
 }
 
 /// `placement/{node}/{id}`: the instance is assigned to that node.
+///
+/// It carries what the node's agent needs besides the service spec, so that an agent watches
+/// only `placement/{node}/` (and reads the specs of the services it runs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignment {
     /// The instance id.
@@ -57,6 +60,12 @@ pub struct Assignment {
     pub service: String,
     /// The node it runs on.
     pub node: String,
+    /// The spec version it runs.
+    #[serde(default)]
+    pub version: String,
+    /// The instance's desired state, mirrored by the scheduler from `desired/instance/{id}`.
+    #[serde(default)]
+    pub state: DesiredState,
 }
 
 /// `observed/node/{node}`: what a node's agent reports about its node.
