@@ -3,5 +3,14 @@
 //! Runtimes a node agent drives, each implementing [`ccattler_core::Runtime`]: the in-memory
 //! simulator, Linux processes, and containerd (feature `containerd`), plus the node agent itself.
 //!
-//! This crate is still empty: the runtimes and the agent are being built (see the project's
-//! issue on the node agent). Nothing here is usable yet.
+//! ## Layout
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`simulator`] | [`simulator::SimulatorRuntime`]: in memory, deterministic, faults injected through [`simulator::Faults`] |
+//! | [`process`] | [`process::ProcessRuntime`]: real Linux processes with state on disk, adopted after an agent restart |
+
+#![deny(missing_docs)]
+
+pub mod process;
+pub mod simulator;

@@ -7,11 +7,13 @@
 //! | [`cluster`] | [`cluster::TestCluster`]: store, runner with the standard controllers and stand-in node agents in one process |
 //! | [`toy`] | [`toy::ReplicaController`], a small real controller for runner tests, examples and benches |
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |
+//! | [`runtime_conformance`] | the [`Runtime`](ccattler_core::Runtime) conformance suite: a harness trait, one entry point, one check per guarantee |
 //! | [`scenario`] | deterministic scenario files: facts, events and expectations run through every standard controller |
 
 #![deny(missing_docs)]
 
 pub mod cluster;
 pub mod conformance;
+pub mod runtime_conformance;
 pub mod scenario;
 pub mod toy;

@@ -1,0 +1,143 @@
+//! [`SimulatorRuntime`]: an in-memory, deterministic [`Runtime`] with injectable faults.
+//!
+//! Nothing runs: the simulator keeps a table of instances and moves them between states when it is
+//! asked to, or when a test injects a fault through its [`Faults`] handle. There is no clock: a
+//! slow start stays [`InstanceState::Starting`] until the test releases it, and a stop returns at
+//! once whatever the grace period.
+//!
+//! # The program vocabulary
+//!
+//! The simulator reads an instance's command as a tiny program, so that one spec can describe how
+//! the instance behaves:
+//!
+//! | `command[0]` | what the instance does |
+//! |---|---|
+//! | `exit <code>` | ends at once on its own with `code` ([`InstanceState::Exited`]) |
+//! | `print <line>...` | writes each argument as a line of output, then runs |
+//! | a program marked missing with [`Faults::missing_command`] | fails: [`RuntimeError::CommandNotFound`] |
+//! | anything else, or no command | runs until stopped |
+//!
+//! [`Runtime::exec`] reads `exit <code> [output...]` the same way (returns `code` and prints the
+//! output words, one per line); any other command returns code 0 and no output.
+//!
+//! Stats report the spec's memory limit as the memory in use (16 MiB when the spec has none) and
+//! no CPU. Addresses are `127.0.0.1:{first port of the spec}`.
+
+mod faults;
+mod table;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_core::{
+    ExecOutput, InstanceSpec, InstanceState, InstanceStats, ObservedInstance, Runtime, RuntimeError,
+};
+use parking_lot::Mutex;
+
+pub use faults::Faults;
+use table::Table;
+
+/// The in-memory runtime. Cheap to clone; clones share one table of instances.
+///
+/// # Example
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use ccattler_core::{InstanceSpec, InstanceState, Runtime};
+/// use ccattler_runtime::simulator::SimulatorRuntime;
+///
+/// let sim = SimulatorRuntime::new();
+/// sim.ensure_running(&InstanceSpec::new("web-1", "web:1")).await.unwrap();
+/// sim.faults().crash("web-1", 137);
+/// let seen = sim.observe().await.unwrap();
+/// assert_eq!(seen[0].state, InstanceState::Exited { code: 137 });
+/// # });
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct SimulatorRuntime {
+    table: Arc<Mutex<Table>>,
+}
+
+impl SimulatorRuntime {
+    /// An empty simulator with no faults.
+    pub fn new() -> Self {
+        SimulatorRuntime::default()
+    }
+
+    /// The handle that injects faults into this simulator (and its clones).
+    pub fn faults(&self) -> Faults {
+        Faults::new(Arc::clone(&self.table))
+    }
+}
+
+impl Runtime for SimulatorRuntime {
+    async fn ensure_running(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
+        self.table.lock().ensure_running(spec)
+    }
+
+    async fn ensure_stopped(&self, id: &str, _grace: Duration) -> Result<(), RuntimeError> {
+        self.table.lock().ensure_stopped(id)
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        self.table.lock().remove(id)
+    }
+
+    async fn observe(&self) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        self.table.lock().observe()
+    }
+
+    async fn stats(&self, id: &str) -> Result<InstanceStats, RuntimeError> {
+        self.table.lock().stats(id)
+    }
+
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        self.table.lock().logs(id, lines)
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        command: &[String],
+        _timeout: Duration,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.table.lock().exec(id, command)
+    }
+}
+
+/// What the simulator makes of `exit <code>`: the code, or `None` for any other command.
+fn exit_code(command: &[String]) -> Option<i32> {
+    match command {
+        [program, code, ..] if program == "exit" => code.parse().ok(),
+        [program] if program == "exit" => Some(0),
+        _ => None,
+    }
+}
+
+/// Whether an instance in `state` counts as running for stats and stops.
+fn is_live(state: &InstanceState) -> bool {
+    matches!(state, InstanceState::Running | InstanceState::Starting)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn exit_vocabulary() {
+        assert_eq!(exit_code(&s(&["exit", "3"])), Some(3));
+        assert_eq!(exit_code(&s(&["exit"])), Some(0));
+        assert_eq!(exit_code(&s(&["sleep", "3"])), None);
+        assert_eq!(exit_code(&s(&["exit", "x"])), None);
+    }
+
+    #[test]
+    fn live_states() {
+        assert!(is_live(&InstanceState::Starting));
+        assert!(!is_live(&InstanceState::Stopped));
+    }
+}

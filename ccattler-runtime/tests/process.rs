@@ -1,0 +1,262 @@
+//! ProcessRuntime beyond the conformance suite: files and secrets, environment and PORT, the log
+//! cap, pid reuse after a restart, unwritable directories, limits, exec timeouts.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ccattler_core::schema::{Cpu, Memory};
+use ccattler_core::{
+    FileSpec, InstanceSpec, InstanceState, ObservedInstance, Runtime, RuntimeError,
+};
+use ccattler_runtime::process::{ProcessConfig, ProcessRuntime};
+
+/// A runtime in a temporary directory that kills its processes when dropped.
+struct Fixture {
+    dir: tempfile::TempDir,
+    runtimes: Vec<ProcessRuntime>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            dir: tempfile::tempdir().expect("temporary directory"),
+            runtimes: Vec::new(),
+        }
+    }
+
+    fn root(&self) -> std::path::PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn runtime(&mut self, config: ProcessConfig) -> ProcessRuntime {
+        let rt = ProcessRuntime::with_config(self.root(), config).expect("runtime");
+        self.runtimes.push(rt.clone());
+        rt
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        for rt in &self.runtimes {
+            rt.kill_all();
+        }
+    }
+}
+
+async fn wait_state(rt: &ProcessRuntime, id: &str, wanted: InstanceState) -> ObservedInstance {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = rt.observe().await.expect("observe");
+        let me = seen.into_iter().find(|i| i.id == id);
+        match me {
+            Some(i) if i.state == wanted => return i,
+            other if Instant::now() > deadline => panic!("{id}: wanted {wanted:?}, saw {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+fn sh(id: &str, script: &str) -> InstanceSpec {
+    InstanceSpec::new(id, "").command(["sh", "-c", script])
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn files_land_in_work_with_their_modes() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    let mut spec = sh("files-1", "cat etc/app.conf secrets/token; exec sleep 1000");
+    spec.files = vec![
+        FileSpec {
+            path: "/etc/app.conf".into(),
+            content: b"conf\n".to_vec(),
+            mode: 0o644,
+        },
+        FileSpec {
+            path: "/secrets/token".into(),
+            content: b"s3cret\n".to_vec(),
+            mode: 0o600,
+        },
+    ];
+    rt.ensure_running(&spec).await.expect("start");
+    wait_state(&rt, "files-1", InstanceState::Running).await;
+    let work = rt.work_dir("files-1");
+    assert_eq!(mode(&work.join("etc/app.conf")), 0o644);
+    assert_eq!(mode(&work.join("secrets/token")), 0o600);
+    let state = fx.root().join("instances/files-1/state.json");
+    assert_eq!(mode(&state), 0o600, "state.json holds the environment");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        rt.logs("files-1", 10).await.expect("logs"),
+        "conf\ns3cret\n"
+    );
+
+    let mut escape = sh("files-2", "true");
+    escape.files = vec![FileSpec {
+        path: "/../outside".into(),
+        content: vec![],
+        mode: 0o644,
+    }];
+    let e = rt.ensure_running(&escape).await.expect_err("escaping path");
+    assert!(matches!(e, RuntimeError::StartFailed { .. }), "{e:?}");
+    assert!(!fx.root().join("instances/outside").exists());
+}
+
+#[tokio::test]
+async fn env_and_port_are_passed() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    let mut spec = sh("env-1", "echo \"$GREETING $PORT\"; exec sleep 1000").env("GREETING", "hi");
+    spec.ports = vec![8080];
+    rt.ensure_running(&spec).await.expect("start");
+    let seen = wait_state(&rt, "env-1", InstanceState::Running).await;
+    let address = seen.address.expect("an address");
+    let port = address
+        .strip_prefix("127.0.0.1:")
+        .expect("loopback address");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = rt.logs("env-1", 1).await.expect("logs");
+    assert_eq!(logs, format!("hi {port}\n"));
+    let probe = ["sh", "-c", "echo $PORT"].map(String::from);
+    let out = rt
+        .exec("env-1", &probe, Duration::from_secs(5))
+        .await
+        .expect("exec");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{port}\n"));
+}
+
+#[tokio::test]
+async fn logs_are_capped() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default().log_cap(4096));
+    let script = "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; exec sleep 1000";
+    rt.ensure_running(&sh("chatty-1", script))
+        .await
+        .expect("start");
+    let log = fx.root().join("instances/chatty-1/stdout.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tail = rt.logs("chatty-1", 1).await.expect("logs");
+        if tail == "line-1999\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never printed everything: {tail:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rt.observe().await.expect("observe");
+    let size = fs::metadata(&log).expect("log").len();
+    let old = fs::metadata(log.with_extension("log.1"))
+        .expect("rotated log")
+        .len();
+    assert!(size <= 4096, "stdout.log is {size} bytes");
+    assert!(old > 0, "the rotated log is empty");
+}
+
+#[tokio::test]
+async fn a_reused_pid_is_not_adopted() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    let spec = InstanceSpec::new("reuse-1", "").command(["sleep", "1000"]);
+    rt.ensure_running(&spec).await.expect("start");
+    wait_state(&rt, "reuse-1", InstanceState::Running).await;
+    let pid = rt.pid("reuse-1").expect("pid");
+    let path = fx.root().join("instances/reuse-1/state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&fs::read(&path).expect("state")).expect("json");
+    let start = state["start_time"].as_u64().expect("start time");
+    state["start_time"] = serde_json::json!(start + 1);
+    fs::write(&path, serde_json::to_vec(&state).expect("json")).expect("write");
+
+    let again = fx.runtime(ProcessConfig::default());
+    let seen = wait_state(&again, "reuse-1", InstanceState::Exited { code: -1 }).await;
+    assert_eq!(seen.restarts, 0);
+    assert_eq!(again.pid("reuse-1"), None);
+    again
+        .ensure_stopped("reuse-1", Duration::ZERO)
+        .await
+        .expect("stop");
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "a stranger's pid was signalled"
+    );
+    rt.kill_all();
+}
+
+#[tokio::test]
+async fn an_adopted_process_that_ends_has_an_unknown_code() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    rt.ensure_running(&InstanceSpec::new("a-1", "").command(["sleep", "1000"]))
+        .await
+        .expect("start");
+    let pid = rt.pid("a-1").expect("pid");
+    let again = fx.runtime(ProcessConfig::default());
+    assert_eq!(again.pid("a-1"), Some(pid), "not adopted");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .expect("kill");
+    wait_state(&again, "a-1", InstanceState::Exited { code: -1 }).await;
+    wait_state(&rt, "a-1", InstanceState::Exited { code: 137 }).await;
+}
+
+#[tokio::test]
+async fn an_unwritable_working_dir_is_a_start_failure() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    // A file where the instance's directory should be: even root cannot create work/ in it.
+    fs::create_dir_all(fx.root().join("instances")).expect("mkdir");
+    fs::write(fx.root().join("instances/blocked-1"), "not a dir").expect("write");
+    let e = rt
+        .ensure_running(&InstanceSpec::new("blocked-1", "").command(["sleep", "1"]))
+        .await
+        .expect_err("start in an unwritable place");
+    assert!(
+        matches!(&e, RuntimeError::StartFailed { reason, .. } if reason.contains("working directory")),
+        "{e:?}"
+    );
+    let seen = rt.observe().await.expect("observe");
+    assert!(
+        matches!(&seen[0].state, InstanceState::Failed { reason } if reason.contains("working directory")),
+        "{seen:?}"
+    );
+    rt.remove("blocked-1").await.expect("remove");
+
+    let no_command = rt
+        .ensure_running(&InstanceSpec::new("empty-1", "busybox:1"))
+        .await;
+    assert!(
+        matches!(no_command, Err(RuntimeError::StartFailed { .. })),
+        "{no_command:?}"
+    );
+}
+
+#[tokio::test]
+async fn limits_never_fail_a_start_and_exec_times_out() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    let mut spec = InstanceSpec::new("limited-1", "").command(["sleep", "1000"]);
+    spec.cpu = Cpu::from_millis(500);
+    spec.memory = Memory::from_bytes(64 * 1024 * 1024);
+    rt.ensure_running(&spec).await.expect("start with limits");
+    wait_state(&rt, "limited-1", InstanceState::Running).await;
+    let hang = ["sh", "-c", "sleep 1000"].map(String::from);
+    let begun = Instant::now();
+    let e = rt
+        .exec("limited-1", &hang, Duration::from_millis(200))
+        .await
+        .expect_err("timeout");
+    assert!(matches!(e, RuntimeError::Timeout { .. }), "{e:?}");
+    assert!(begun.elapsed() < Duration::from_secs(5));
+    rt.remove("limited-1").await.expect("remove");
+    assert!(!fx.root().join("instances/limited-1").exists());
+}
