@@ -130,3 +130,55 @@ impl Faults {
         table.unreachable = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ccattler_core::{InstanceSpec, InstanceState, Runtime, RuntimeError};
+
+    use super::super::SimulatorRuntime;
+
+    fn state(sim: &SimulatorRuntime, id: &str) -> Option<InstanceState> {
+        let seen = futures_now(sim.observe()).expect("observe");
+        seen.into_iter().find(|i| i.id == id).map(|i| i.state)
+    }
+
+    /// The simulator never waits: its futures finish on their first poll.
+    fn futures_now<F: std::future::Future>(f: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match std::pin::pin!(f).poll(&mut cx) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => panic!("the simulator waited"),
+        }
+    }
+
+    #[test]
+    fn slow_start_failing_start_and_stale_observation() {
+        let sim = SimulatorRuntime::new();
+        let faults = sim.faults();
+        faults.slow_start("a");
+        futures_now(sim.ensure_running(&InstanceSpec::new("a", "img"))).expect("start");
+        assert_eq!(state(&sim, "a"), Some(InstanceState::Starting));
+        assert!(faults.release("a"));
+        assert_eq!(state(&sim, "a"), Some(InstanceState::Running));
+
+        faults.fail_next_start("img", "boom");
+        let e = futures_now(sim.ensure_running(&InstanceSpec::new("b", "img")));
+        assert!(matches!(e, Err(RuntimeError::StartFailed { .. })), "{e:?}");
+        assert!(matches!(
+            state(&sim, "b"),
+            Some(InstanceState::Failed { .. })
+        ));
+        futures_now(sim.ensure_running(&InstanceSpec::new("b", "img"))).expect("used up");
+
+        faults.stale_observation();
+        assert!(faults.crash("a", 137));
+        assert_eq!(state(&sim, "a"), Some(InstanceState::Running));
+        faults.fresh_observation();
+        assert_eq!(state(&sim, "a"), Some(InstanceState::Exited { code: 137 }));
+
+        faults.unreachable("down");
+        let e = futures_now(sim.observe());
+        assert!(matches!(e, Err(RuntimeError::Unreachable { .. })), "{e:?}");
+    }
+}
