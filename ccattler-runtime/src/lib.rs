@@ -3,14 +3,23 @@
 //! Runtimes a node agent drives, each implementing [`ccattler_core::Runtime`]: the in-memory
 //! simulator, Linux processes, and containerd (feature `containerd`), plus the node agent itself.
 //!
+//! ## Where to start
+//!
+//! - Running a node: [`agent::NodeAgent`] over any store and runtime; [`agent::AgentConfig`]
+//!   describes the node.
+//! - Choosing a runtime: [`simulator::SimulatorRuntime`] for tests and simulations,
+//!   [`process::ProcessRuntime`] for real processes without root.
+//!
 //! ## Layout
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`agent`] | [`agent::NodeAgent`]: registers the node, follows its placements, starts, restarts and stops instances, probes them, reports them |
 //! | [`simulator`] | [`simulator::SimulatorRuntime`]: in memory, deterministic, faults injected through [`simulator::Faults`] |
 //! | [`process`] | [`process::ProcessRuntime`]: real Linux processes with state on disk, adopted after an agent restart |
 
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod process;
 pub mod simulator;

@@ -1,0 +1,149 @@
+//! [`AgentConfig`]: who the node is and how the agent behaves.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ccattler_core::schema::{Cpu, Memory, NodeStatus};
+
+/// Settings of a [`NodeAgent`](super::NodeAgent). `AgentConfig::new` reads the machine's
+/// capacity; every field can be overridden.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The node's name: a single key segment (no `/`).
+    pub node: String,
+    /// Allocatable CPU. Default: the machine's cores (from the OS).
+    pub cpu: Cpu,
+    /// Allocatable memory. Default: `MemTotal` of `/proc/meminfo`.
+    pub memory: Memory,
+    /// Labels (`disk = ssd`).
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<String>,
+    /// The zone.
+    pub zone: Option<String>,
+    /// CPU architecture. Default: this machine's, in the names images use (`amd64`, `arm64`).
+    pub architecture: String,
+    /// Address others reach the node at. Default `127.0.0.1`.
+    pub address: String,
+    /// Where the agent keeps the last desired state it saw (and its lease id). Required for
+    /// the agent to keep workloads running when it restarts while the store is unreachable.
+    pub cache_dir: PathBuf,
+    /// TTL of the node's liveness lease. Default 10 s.
+    pub lease_ttl: Duration,
+    /// How often the agent compares desired and observed state when nothing happens. Default 1 s.
+    pub sync_interval: Duration,
+    /// How long a stopping instance gets between SIGTERM and SIGKILL. Default 10 s.
+    pub stop_grace: Duration,
+    /// Longest pause between attempts to reach an unreachable store. Default 30 s.
+    pub max_backoff: Duration,
+}
+
+impl AgentConfig {
+    /// A config for `node`, caching under `cache_dir`, with this machine's capacity.
+    pub fn new(node: impl Into<String>, cache_dir: impl Into<PathBuf>) -> Self {
+        AgentConfig {
+            node: node.into(),
+            cpu: machine_cpu(),
+            memory: machine_memory(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            zone: None,
+            architecture: machine_architecture().to_owned(),
+            address: "127.0.0.1".to_owned(),
+            cache_dir: cache_dir.into(),
+            lease_ttl: Duration::from_secs(10),
+            sync_interval: Duration::from_secs(1),
+            stop_grace: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+
+    /// Sets the capacity.
+    #[must_use]
+    pub fn capacity(mut self, cpu: Cpu, memory: Memory) -> Self {
+        self.cpu = cpu;
+        self.memory = memory;
+        self
+    }
+
+    /// Adds a label.
+    #[must_use]
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the zone.
+    #[must_use]
+    pub fn zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
+        self
+    }
+
+    /// Sets the lease TTL.
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Sets the sync interval.
+    #[must_use]
+    pub fn sync_interval(mut self, every: Duration) -> Self {
+        self.sync_interval = every;
+        self
+    }
+
+    /// Sets the stop grace period.
+    #[must_use]
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    /// Sets the longest backoff towards an unreachable store.
+    #[must_use]
+    pub fn max_backoff(mut self, max: Duration) -> Self {
+        self.max_backoff = max;
+        self
+    }
+
+    /// The node status this config reports.
+    pub fn status(&self) -> NodeStatus {
+        NodeStatus {
+            name: self.node.clone(),
+            cpu: self.cpu,
+            memory: self.memory,
+            labels: self.labels.clone(),
+            taints: self.taints.clone(),
+            zone: self.zone.clone(),
+            architecture: self.architecture.clone(),
+            address: self.address.clone(),
+        }
+    }
+}
+
+fn machine_cpu() -> Cpu {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    Cpu::from_millis(cores as u64 * 1000)
+}
+
+fn machine_memory() -> Memory {
+    let kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+    Memory::from_bytes(kib.unwrap_or(0).saturating_mul(1024))
+}
+
+fn machine_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}

@@ -1,0 +1,154 @@
+//! Probes: HTTP, TCP and exec checks with thresholds, and the health they add up to.
+
+use std::time::Duration;
+
+use ccattler_core::Runtime;
+use ccattler_core::schema::{Probe, ProbeCheck};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+
+/// The running verdict of one probe of one instance.
+#[derive(Clone, Debug)]
+pub struct ProbeState {
+    probe: Probe,
+    started: Instant,
+    next: Instant,
+    successes: u32,
+    failures: u32,
+    /// `None` until the thresholds decided; then whether the probe passes.
+    pub passing: Option<bool>,
+    /// The last failure's reason.
+    pub last_error: Option<String>,
+}
+
+impl ProbeState {
+    /// A probe that starts checking `initial_delay` after `started`.
+    pub fn new(probe: Probe, started: Instant) -> Self {
+        let next = started + probe.initial_delay;
+        ProbeState {
+            probe,
+            started,
+            next,
+            successes: 0,
+            failures: 0,
+            passing: None,
+            last_error: None,
+        }
+    }
+
+    /// When the instance this probe watches was (re)started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Whether a check is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// Records a check's result; returns whether the verdict changed.
+    pub fn record(&mut self, now: Instant, result: Result<(), String>) -> bool {
+        self.next = now + self.probe.every.max(Duration::from_millis(100));
+        let before = self.passing;
+        match result {
+            Ok(()) => {
+                self.successes += 1;
+                self.failures = 0;
+                self.last_error = None;
+                if self.successes >= self.probe.success_threshold.max(1) {
+                    self.passing = Some(true);
+                }
+            }
+            Err(reason) => {
+                self.failures += 1;
+                self.successes = 0;
+                self.last_error = Some(reason);
+                if self.failures >= self.probe.failure_threshold.max(1) {
+                    self.passing = Some(false);
+                }
+            }
+        }
+        before != self.passing
+    }
+
+    /// Runs the check once against an instance served at `address` (`host:port`).
+    pub async fn check<R: Runtime>(
+        &self,
+        runtime: &R,
+        id: &str,
+        address: Option<&str>,
+    ) -> Result<(), String> {
+        let limit = self.probe.timeout.max(Duration::from_millis(10));
+        match &self.probe.check {
+            ProbeCheck::Tcp => {
+                let address = address.ok_or("the instance exposes no port")?;
+                match timeout(limit, TcpStream::connect(address)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(err)) => Err(format!("tcp {address}: {err}")),
+                    Err(_) => Err(format!("tcp {address}: timed out after {limit:?}")),
+                }
+            }
+            ProbeCheck::Http { path } => {
+                let address = address.ok_or("the instance exposes no port")?;
+                match timeout(limit, http_get(address, path)).await {
+                    Ok(Ok(status)) if (200..400).contains(&status) => Ok(()),
+                    Ok(Ok(status)) => Err(format!("http {address}{path}: status {status}")),
+                    Ok(Err(err)) => Err(format!("http {address}{path}: {err}")),
+                    Err(_) => Err(format!("http {address}{path}: timed out after {limit:?}")),
+                }
+            }
+            ProbeCheck::Exec { command } => {
+                let argv = vec!["sh".to_owned(), "-c".to_owned(), command.clone()];
+                match runtime.exec(id, &argv, limit).await {
+                    Ok(output) if output.code == 0 => Ok(()),
+                    Ok(output) => Err(format!("exec {command:?}: exit code {}", output.code)),
+                    Err(err) => Err(format!("exec {command:?}: {err}")),
+                }
+            }
+        }
+    }
+}
+
+/// A minimal HTTP/1.0 GET: the status code of the answer.
+async fn http_get(address: &str, path: &str) -> std::io::Result<u16> {
+    let mut stream = TcpStream::connect(address).await?;
+    let request =
+        format!("GET {path} HTTP/1.0\r\nHost: {address}\r\nUser-Agent: ccattler-probe\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut head = [0u8; 64];
+    let mut read = 0;
+    while read < 12 {
+        let n = stream.read(&mut head[read..]).await?;
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    let line = String::from_utf8_lossy(&head[..read]);
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {line:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_decide_the_verdict() {
+        let now = Instant::now();
+        let mut probe = Probe::new(ProbeCheck::Tcp);
+        probe.failure_threshold = 2;
+        probe.success_threshold = 2;
+        let mut state = ProbeState::new(probe, now);
+        assert!(!state.record(now, Ok(())), "one success is not enough");
+        assert!(state.record(now, Ok(())));
+        assert_eq!(state.passing, Some(true));
+        assert!(!state.record(now, Err("refused".into())));
+        assert!(state.record(now, Err("refused".into())));
+        assert_eq!(state.passing, Some(false));
+        assert_eq!(state.last_error.as_deref(), Some("refused"));
+    }
+}

@@ -1,0 +1,106 @@
+//! From the schema's service spec to the runtime's instance spec.
+
+use std::path::Path;
+
+use ccattler_core::schema::{RestartPolicy, ServiceSpec};
+use ccattler_core::{FileSpec, InstanceSpec, InstanceState, MountSpec};
+
+use super::cache::Desired;
+
+/// The runtime spec of instance `id` of `spec`: command, env, config files (0644), secrets
+/// (files 0600 at their mount path, or environment variables named after the secret in upper
+/// case with `-` and `.` turned into `_`), volumes (directories under `volumes_dir`), ports and
+/// limits.
+pub fn instance_spec(
+    id: &str,
+    spec: &ServiceSpec,
+    desired: &Desired,
+    volumes_dir: &Path,
+) -> InstanceSpec {
+    let mut instance = InstanceSpec::new(id, spec.image.clone());
+    instance.service = spec.name.clone();
+    instance.command = spec.command.clone();
+    instance.env = spec.env.clone();
+    instance
+        .env
+        .insert("CCATTLER_INSTANCE".into(), id.to_owned());
+    instance
+        .env
+        .insert("CCATTLER_SERVICE".into(), spec.name.clone());
+    instance.files = spec
+        .files
+        .iter()
+        .map(|f| FileSpec {
+            path: f.path.clone(),
+            content: f.content.clone().into_bytes(),
+            mode: 0o644,
+        })
+        .collect();
+    for secret in &spec.secrets {
+        let value = desired
+            .secrets
+            .get(&secret.name)
+            .cloned()
+            .unwrap_or_default();
+        match &secret.mount {
+            Some(path) => instance.files.push(FileSpec {
+                path: path.clone(),
+                content: value,
+                mode: 0o600,
+            }),
+            None => {
+                let name = secret.name.to_uppercase().replace(['-', '.'], "_");
+                instance
+                    .env
+                    .insert(name, String::from_utf8_lossy(&value).into_owned());
+            }
+        }
+    }
+    instance.mounts = spec
+        .volumes
+        .iter()
+        .map(|v| MountSpec {
+            source: volumes_dir.join(&v.volume),
+            target: v.path.clone(),
+            read_only: false,
+        })
+        .collect();
+    instance.ports = spec.expose.iter().map(|e| e.port).collect();
+    instance.cpu = spec.resources.cpu;
+    instance.memory = spec.resources.memory;
+    instance
+}
+
+/// The spec of the `step`-th init step of instance `id`: a short-lived instance of the same
+/// image running the step's command in a shell.
+pub fn init_spec(
+    id: &str,
+    step: usize,
+    spec: &ServiceSpec,
+    desired: &Desired,
+    volumes_dir: &Path,
+) -> InstanceSpec {
+    let mut init = instance_spec(&init_id(id, step), spec, desired, volumes_dir);
+    let command = spec
+        .init
+        .get(step)
+        .map(|s| s.exec.clone())
+        .unwrap_or_default();
+    init.command = vec!["sh".into(), "-c".into(), command];
+    init.ports.clear();
+    init
+}
+
+/// The id of an init step's instance.
+pub fn init_id(id: &str, step: usize) -> String {
+    format!("{id}.init{step}")
+}
+
+/// Whether an instance that ended in `state` is started again under `policy`.
+pub fn restarts(policy: RestartPolicy, state: &InstanceState) -> bool {
+    match policy {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => !matches!(state, InstanceState::Exited { code: 0 }),
+        RestartPolicy::Never => false,
+    }
+}

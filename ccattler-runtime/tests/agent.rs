@@ -1,0 +1,436 @@
+//! The node agent with real processes: it starts what is placed, restarts what crashes, keeps
+//! workloads running while the store is unreachable, adopts them after its own restart, and
+//! reports probe results.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ccattler_core::schema::{
+    self, Assignment, DesiredState, Expose, Health, InstanceObservation, ObservedState, Probe,
+    ProbeCheck, ServiceSpec,
+};
+use ccattler_core::{
+    Fact, FactStore, Key, Lease, LeaseId, Revision, Scan, StoreError, StoreLimits, Txn,
+    TxnResponse, Value,
+};
+use ccattler_runtime::agent::{AgentConfig, NodeAgent};
+use ccattler_runtime::process::ProcessRuntime;
+use ccattler_store::MemoryStore;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const NODE: &str = "n1";
+
+/// A store that can be cut off: every call fails as unreachable while `down` is set.
+#[derive(Clone)]
+struct Flaky {
+    inner: MemoryStore,
+    down: Arc<AtomicBool>,
+}
+
+impl Flaky {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(StoreError::unavailable("partitioned by the test"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl FactStore for Flaky {
+    type Watch = <MemoryStore as FactStore>::Watch;
+    async fn get(&self, key: &Key) -> Result<Option<Fact>, StoreError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, value: Value) -> Result<Revision, StoreError> {
+        self.check()?;
+        self.inner.put(key, value).await
+    }
+    async fn put_with_lease(
+        &self,
+        key: &Key,
+        value: Value,
+        lease: LeaseId,
+    ) -> Result<Revision, StoreError> {
+        self.check()?;
+        self.inner.put_with_lease(key, value, lease).await
+    }
+    async fn delete(&self, key: &Key) -> Result<Option<Fact>, StoreError> {
+        self.check()?;
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Scan, StoreError> {
+        self.check()?;
+        self.inner.scan(prefix).await
+    }
+    async fn watch(&self, prefix: &str, start: Revision) -> Result<Self::Watch, StoreError> {
+        self.check()?;
+        self.inner.watch(prefix, start).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
+        self.check()?;
+        self.inner.txn(txn).await
+    }
+    async fn revision(&self) -> Result<Revision, StoreError> {
+        self.check()?;
+        self.inner.revision().await
+    }
+    async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.compact(revision).await
+    }
+    async fn grant_lease(&self, ttl: Duration) -> Result<Lease, StoreError> {
+        self.check()?;
+        self.inner.grant_lease(ttl).await
+    }
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Duration, StoreError> {
+        self.check()?;
+        self.inner.keep_alive(lease).await
+    }
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.revoke_lease(lease).await
+    }
+    fn limits(&self) -> StoreLimits {
+        self.inner.limits()
+    }
+}
+
+struct Node {
+    store: Flaky,
+    dir: tempfile::TempDir,
+    agent: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    runtime: Option<Arc<ProcessRuntime>>,
+}
+
+impl Node {
+    fn new() -> Self {
+        Node {
+            store: Flaky {
+                inner: MemoryStore::new(),
+                down: Arc::new(AtomicBool::new(false)),
+            },
+            dir: tempfile::tempdir().expect("temp dir"),
+            agent: None,
+            runtime: None,
+        }
+    }
+
+    /// Starts an agent (and a runtime object) over the same directories as any before it.
+    fn start(&mut self) {
+        let runtime =
+            Arc::new(ProcessRuntime::new(self.dir.path().join("runtime")).expect("runtime"));
+        let config = AgentConfig::new(NODE, self.dir.path().join("agent"))
+            .sync_interval(Duration::from_millis(50))
+            .lease_ttl(Duration::from_secs(3))
+            .stop_grace(Duration::from_millis(500))
+            .max_backoff(Duration::from_millis(200));
+        let agent = NodeAgent::new(self.store.clone(), runtime.clone(), config).expect("agent");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            agent
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("the agent runs until told to stop");
+        });
+        self.agent = Some((stop, task));
+        self.runtime = Some(runtime);
+    }
+
+    async fn stop(&mut self) {
+        if let Some((stop, task)) = self.agent.take() {
+            let _ = stop.send(());
+            task.await.expect("agent task");
+        }
+    }
+
+    fn runtime(&self) -> &ProcessRuntime {
+        self.runtime.as_deref().expect("started")
+    }
+
+    /// Declares a service and places one instance of it on the node.
+    async fn place(&self, id: &str, spec: &ServiceSpec, state: DesiredState) {
+        let store = &self.store.inner;
+        store
+            .put(
+                &schema::keys::service(&spec.name).expect("key"),
+                schema::encode(spec),
+            )
+            .await
+            .expect("put spec");
+        let assignment = Assignment {
+            instance: id.into(),
+            service: spec.name.clone(),
+            node: NODE.into(),
+            version: spec.version(),
+            state,
+        };
+        store
+            .put(
+                &schema::keys::placement(NODE, id).expect("key"),
+                schema::encode(&assignment),
+            )
+            .await
+            .expect("put placement");
+    }
+
+    async fn observation(&self, id: &str) -> Option<InstanceObservation> {
+        let key = schema::keys::observed_instance(NODE, id).expect("key");
+        let fact = self.store.inner.get(&key).await.expect("get")?;
+        schema::decode(&fact).ok()
+    }
+
+    /// Waits (real time, at most 20 s) until the instance's observation satisfies `check`.
+    async fn wait_for(
+        &self,
+        id: &str,
+        what: &str,
+        check: impl Fn(&InstanceObservation) -> bool,
+    ) -> InstanceObservation {
+        for _ in 0..400 {
+            if let Some(o) = self.observation(id).await
+                && check(&o)
+            {
+                return o;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{id} never became {what}: last observation {:?}",
+            self.observation(id).await
+        );
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // No process outlives the test.
+        if let Some(runtime) = &self.runtime {
+            let ids: Vec<String> = ["sleeper", "web", "sick", "crashy"]
+                .into_iter()
+                .map(String::from)
+                .collect();
+            for id in ids {
+                if let Some(pid) = runtime.pid(&id) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn service(name: &str, command: &[&str]) -> ServiceSpec {
+    ServiceSpec {
+        name: name.into(),
+        image: "none".into(),
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        instances: 1,
+        ..ServiceSpec::default()
+    }
+}
+
+fn running(o: &InstanceObservation) -> bool {
+    o.state == ObservedState::Running
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_what_is_placed_and_reports_it() {
+    let mut node = Node::new();
+    node.start();
+    node.place(
+        "sleeper",
+        &service("sleep", &["sleep", "1000"]),
+        DesiredState::Running,
+    )
+    .await;
+    let mut web = service(
+        "web",
+        &["python3", "-m", "http.server", "--bind", "127.0.0.1"],
+    );
+    web.command = vec![
+        "sh".into(),
+        "-c".into(),
+        "exec python3 -m http.server --bind 127.0.0.1 $PORT".into(),
+    ];
+    web.expose = vec![Expose {
+        port: 8080,
+        protocol: Default::default(),
+        external: false,
+    }];
+    let mut readiness = Probe::new(ProbeCheck::Http { path: "/".into() });
+    readiness.every = Duration::from_millis(200);
+    readiness.timeout = Duration::from_secs(1);
+    web.readiness = Some(readiness);
+    node.place("web", &web, DesiredState::Running).await;
+
+    node.wait_for("sleeper", "running", running).await;
+    let web_seen = node
+        .wait_for("web", "running and ready", |o| running(o) && o.ready)
+        .await;
+    assert!(
+        web_seen
+            .address
+            .as_deref()
+            .is_some_and(|a| a.starts_with("127.0.0.1:"))
+    );
+    let node_status = node
+        .store
+        .inner
+        .get(&schema::keys::node(NODE).expect("key"))
+        .await
+        .expect("get");
+    assert!(node_status.is_some(), "the node registered its status");
+
+    // Asked to stop: it stops, and the observation says so.
+    node.place(
+        "sleeper",
+        &service("sleep", &["sleep", "1000"]),
+        DesiredState::Stopped,
+    )
+    .await;
+    node.wait_for("sleeper", "stopped", |o| o.state == ObservedState::Stopped)
+        .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workload_is_restarted_per_policy_and_reported() {
+    let mut node = Node::new();
+    node.start();
+    node.place(
+        "crashy",
+        &service("crashy", &["sleep", "1000"]),
+        DesiredState::Running,
+    )
+    .await;
+    node.wait_for("crashy", "running", running).await;
+    let pid = node.runtime().pid("crashy").expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    let seen = node
+        .wait_for("crashy", "restarted", |o| running(o) && o.restarts >= 1)
+        .await;
+    assert_eq!(seen.restarts, 1);
+    assert_ne!(node.runtime().pid("crashy"), Some(pid), "a new process");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_keep_running_while_the_store_is_unreachable() {
+    let mut node = Node::new();
+    node.start();
+    node.place(
+        "sleeper",
+        &service("sleep", &["sleep", "1000"]),
+        DesiredState::Running,
+    )
+    .await;
+    node.wait_for("sleeper", "running", running).await;
+    let pid = node.runtime().pid("sleeper").expect("a pid");
+
+    node.store.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        node.runtime().pid("sleeper"),
+        Some(pid),
+        "still the same process"
+    );
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "still alive"
+    );
+
+    // The agent restarts too, while the store is still down: it adopts, restarts nothing.
+    node.stop().await;
+    node.start();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        node.runtime().pid("sleeper"),
+        Some(pid),
+        "adopted, not restarted"
+    );
+
+    node.store.down.store(false, Ordering::SeqCst);
+    let seen = node.wait_for("sleeper", "reported again", running).await;
+    assert_eq!(seen.restarts, 0);
+    assert_eq!(node.runtime().pid("sleeper"), Some(pid));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_adopts_the_same_processes() {
+    let mut node = Node::new();
+    node.start();
+    node.place(
+        "sleeper",
+        &service("sleep", &["sleep", "1000"]),
+        DesiredState::Running,
+    )
+    .await;
+    node.wait_for("sleeper", "running", running).await;
+    let pid = node.runtime().pid("sleeper").expect("a pid");
+    node.stop().await;
+    node.start();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        node.runtime().pid("sleeper"),
+        Some(pid),
+        "the same pid keeps running"
+    );
+    let seen = node.wait_for("sleeper", "running", running).await;
+    assert_eq!(seen.restarts, 0, "nothing was restarted");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_probe_is_reported_unhealthy() {
+    let mut node = Node::new();
+    node.start();
+    let mut sick = service("sick", &["sleep", "1000"]);
+    sick.restart = schema::RestartPolicy::Never;
+    let mut liveness = Probe::new(ProbeCheck::Exec {
+        command: "exit 3".into(),
+    });
+    liveness.every = Duration::from_millis(100);
+    liveness.failure_threshold = 2;
+    sick.liveness = Some(liveness);
+    node.place("sick", &sick, DesiredState::Running).await;
+    node.wait_for("sick", "unhealthy", |o| {
+        running(o) && o.health == Health::Unhealthy
+    })
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_does_not_exist_is_a_reported_failure() {
+    let mut node = Node::new();
+    node.start();
+    node.place(
+        "ghost",
+        &service("ghost", &["/no/such/program"]),
+        DesiredState::Running,
+    )
+    .await;
+    let seen = node
+        .wait_for("ghost", "failed", |o| o.state == ObservedState::Failed)
+        .await;
+    assert!(
+        seen.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("/no/such/program")),
+        "{seen:?}"
+    );
+    node.stop().await;
+}
