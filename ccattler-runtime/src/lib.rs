@@ -17,9 +17,18 @@
 //! | [`agent`] | [`agent::NodeAgent`]: registers the node, follows its placements, starts, restarts and stops instances, probes them, reports them |
 //! | [`simulator`] | [`simulator::SimulatorRuntime`]: in memory, deterministic, faults injected through [`simulator::Faults`] |
 //! | [`process`] | [`process::ProcessRuntime`]: real Linux processes with state on disk, adopted after an agent restart |
+//! | `containerd` (feature `containerd`) | `containerd::ContainerdRuntime`: containers through containerd's gRPC API, OCI tarball import, a busybox test image |
+//!
+//! ## Feature flags
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `containerd` | the `containerd` module; building it needs `protoc` (Debian `protobuf-compiler`), which `scripts/containerd-up` installs |
 
 #![deny(missing_docs)]
 
 pub mod agent;
+#[cfg(feature = "containerd")]
+pub mod containerd;
 pub mod process;
 pub mod simulator;

@@ -1,0 +1,299 @@
+//! [`ContainerdRuntime`]: instances as containerd containers, driven over containerd's gRPC API
+//! (the `containerd-client` crate) on its unix socket.
+//!
+//! Building this module needs `protoc` (Debian: `protobuf-compiler`, 3.12 or newer): the
+//! `containerd-client` crate compiles containerd's protos in its build script.
+//! `scripts/containerd-up` installs it with containerd and runc.
+//!
+//! # Expected flow
+//!
+//! 1. [`ContainerdRuntime::connect`] to the socket, with one containerd namespace per cluster.
+//! 2. Put the image into containerd's store: [`ContainerdRuntime::import_oci_archive`] imports an
+//!    OCI image layout tarball (no registry is needed; containerd 1.6 has no Transfer service, so
+//!    the content, images and diff services do the work).
+//! 3. [`Runtime::ensure_running`]: under a lease (containerd's GC would otherwise sweep a fresh
+//!    snapshot), the image is unpacked if needed, a snapshot is prepared for the rootfs and the
+//!    container is created with an OCI spec built from the [`InstanceSpec`]; then the task is
+//!    created with its output appended to a log file, and started.
+//! 4. [`Runtime::ensure_stopped`]: SIGTERM, then SIGKILL after the grace period (a PID 1 without
+//!    a TERM handler ignores SIGTERM).
+//! 5. [`Runtime::remove`]: task, then container, then snapshot (another order orphans the task).
+//!
+//! # Guarantees
+//!
+//! - Containers carry the labels `ccattler.instance` and `ccattler.service`; a new runtime object
+//!   on the same namespace (an agent restarted) observes and drives them: they are adopted.
+//! - A start that fails is returned as a typed error and observed as [`InstanceState::Failed`]
+//!   with the reason until the instance is removed or started: [`RuntimeError::ImageNotFound`]
+//!   for an image not in the store, [`RuntimeError::CommandNotFound`] for a program missing from
+//!   the image, [`RuntimeError::StartFailed`] otherwise. A socket nobody answers on is
+//!   [`RuntimeError::Unreachable`]; nothing panics.
+//!
+//! # Caveats
+//!
+//! - Files of the spec are written under the state directory and bind-mounted read-only; volumes
+//!   are bind mounts. An instance with ports shares the node's network (its address is
+//!   `127.0.0.1:{first port}`, and `PORT` is set); one without gets its own network namespace.
+//! - Stats are read from the container's cgroup (`/<namespace>/<id>`, cgroup v2 or v1): memory in
+//!   use without the inactive page cache, CPU averaged since the previous sample or the start.
+//!   Best effort: a missing cgroup file reads as zero.
+//! - If overlayfs cannot be used (not loaded, or the rootfs mount fails), the runtime falls back
+//!   to the configured fallback snapshotter (`native`) and stays on it.
+//! - Failures of containerd calls that have no matching [`RuntimeError`] variant are reported as
+//!   [`RuntimeError::Unreachable`] with containerd's message.
+
+mod client;
+mod exec;
+mod image;
+mod import;
+mod lifecycle;
+mod observe;
+mod spec;
+mod stop;
+pub mod test_image;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ccattler_core::{ExecOutput, InstanceSpec, InstanceStats, ObservedInstance, Runtime};
+use ccattler_core::{InstanceState, RuntimeError};
+
+use client::Conn;
+
+/// Settings of a [`ContainerdRuntime`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContainerdConfig {
+    /// The snapshotter for rootfs snapshots. Default `overlayfs`.
+    pub snapshotter: String,
+    /// The snapshotter used when the first cannot be (`None`: no fallback). Default `native`.
+    pub fallback_snapshotter: Option<String>,
+    /// The containerd runtime (shim) name. Default `io.containerd.runc.v2`.
+    pub runtime: String,
+    /// Where log files and the spec's files go (`<dir>/<namespace>/<id>/`). Default
+    /// `/var/lib/ccattler/containerd`.
+    pub state_dir: PathBuf,
+    /// How long connecting may take, and how long a killed task may take to end. Default 10 s.
+    pub timeout: Duration,
+}
+
+impl Default for ContainerdConfig {
+    fn default() -> Self {
+        ContainerdConfig {
+            snapshotter: "overlayfs".to_owned(),
+            fallback_snapshotter: Some("native".to_owned()),
+            runtime: "io.containerd.runc.v2".to_owned(),
+            state_dir: PathBuf::from("/var/lib/ccattler/containerd"),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ContainerdConfig {
+    /// Sets the snapshotter.
+    #[must_use]
+    pub fn snapshotter(mut self, name: impl Into<String>) -> Self {
+        self.snapshotter = name.into();
+        self
+    }
+
+    /// Sets the fallback snapshotter (`None`: no fallback).
+    #[must_use]
+    pub fn fallback_snapshotter(mut self, name: Option<String>) -> Self {
+        self.fallback_snapshotter = name;
+        self
+    }
+
+    /// Sets the state directory.
+    #[must_use]
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = dir.into();
+        self
+    }
+
+    /// Sets the timeout.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// A [`Runtime`] on containerd. Cheap to clone: clones share the connection.
+#[derive(Clone, Debug)]
+pub struct ContainerdRuntime {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    conn: Conn,
+    config: ContainerdConfig,
+    /// Set once the primary snapshotter proved unusable.
+    use_fallback: AtomicBool,
+    /// Starts that failed, by id, with the reason: observed as `Failed` until removed or started.
+    failed: Mutex<BTreeMap<String, String>>,
+    /// The previous CPU sample of each instance: (cumulative CPU nanoseconds, when).
+    cpu_samples: Mutex<HashMap<String, (u64, Instant)>>,
+    /// One lock per instance id, so that two calls on one instance do not interleave.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl ContainerdRuntime {
+    /// Connects to containerd at `socket` and works in `namespace` (one per cluster).
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Unreachable`] when nothing answers on the socket in time, or the
+    /// namespace is not a valid containerd namespace name.
+    pub async fn connect(
+        socket: impl AsRef<Path>,
+        namespace: &str,
+        config: ContainerdConfig,
+    ) -> Result<ContainerdRuntime, RuntimeError> {
+        let conn = Conn::connect(socket.as_ref(), namespace, config.timeout).await?;
+        Ok(ContainerdRuntime {
+            inner: Arc::new(Inner {
+                conn,
+                config,
+                use_fallback: AtomicBool::new(false),
+                failed: Mutex::default(),
+                cpu_samples: Mutex::default(),
+                locks: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The containerd namespace this runtime works in.
+    pub fn namespace(&self) -> &str {
+        self.inner.conn.namespace()
+    }
+
+    /// Imports the OCI image layout tarball at `archive` (an `oci-layout`, `index.json` and
+    /// `blobs/sha256/*`) as image `name` (or under the name its index annotates with
+    /// `org.opencontainers.image.ref.name`), and unpacks it into the snapshotter, so that a
+    /// first start need not. Importing the same archive again is harmless. Returns the name.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::StartFailed`] (with an empty id) when the archive is unreadable or not
+    /// an OCI layout; [`RuntimeError::Unreachable`] when containerd fails.
+    pub async fn import_oci_archive(
+        &self,
+        archive: impl AsRef<Path>,
+        name: Option<&str>,
+    ) -> Result<String, RuntimeError> {
+        let conn = &self.inner.conn;
+        let lease = conn.lease("import").await?;
+        let result = self.inner.import(&lease, archive.as_ref(), name).await;
+        conn.release(lease).await?;
+        result
+    }
+}
+
+impl Inner {
+    fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(id.to_owned()).or_default().clone()
+    }
+
+    fn record_failure(&self, id: &str, error: &RuntimeError) {
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed.insert(id.to_owned(), error.to_string());
+    }
+
+    fn clear_failure(&self, id: &str) -> bool {
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed.remove(id).is_some()
+    }
+
+    fn failures(&self) -> BTreeMap<String, String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The snapshotter new containers use now.
+    fn snapshotter(&self) -> &str {
+        match &self.config.fallback_snapshotter {
+            Some(fallback) if self.use_fallback.load(Ordering::Relaxed) => fallback,
+            _ => &self.config.snapshotter,
+        }
+    }
+
+    /// Switches to the fallback snapshotter; false when there is none or it is already in use.
+    fn fall_back(&self) -> bool {
+        self.config.fallback_snapshotter.is_some()
+            && !self.use_fallback.swap(true, Ordering::Relaxed)
+    }
+
+    /// The directory of one instance's log and files.
+    fn instance_dir(&self, id: &str) -> PathBuf {
+        self.config.state_dir.join(self.conn.namespace()).join(id)
+    }
+}
+
+impl Runtime for ContainerdRuntime {
+    async fn ensure_running(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
+        let lock = self.inner.lock_for(&spec.id);
+        let _guard = lock.lock().await;
+        let result = self.inner.ensure_running(spec).await;
+        match &result {
+            Ok(()) => {
+                self.inner.clear_failure(&spec.id);
+            }
+            Err(RuntimeError::Unreachable { .. }) => {}
+            Err(error) => self.inner.record_failure(&spec.id, error),
+        }
+        result
+    }
+
+    async fn ensure_stopped(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let lock = self.inner.lock_for(id);
+        let _guard = lock.lock().await;
+        self.inner.ensure_stopped(id, grace).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        let lock = self.inner.lock_for(id);
+        let _guard = lock.lock().await;
+        self.inner.remove(id).await?;
+        self.inner.clear_failure(id);
+        Ok(())
+    }
+
+    async fn observe(&self) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        let mut observed = self.inner.observe().await?;
+        let mut failures = self.inner.failures();
+        for instance in &mut observed {
+            if let Some(reason) = failures.remove(&instance.id) {
+                instance.state = InstanceState::Failed { reason };
+            }
+        }
+        for (id, reason) in failures {
+            observed.push(ObservedInstance::new(id, InstanceState::Failed { reason }));
+        }
+        Ok(observed)
+    }
+
+    async fn stats(&self, id: &str) -> Result<InstanceStats, RuntimeError> {
+        self.inner.stats(id).await
+    }
+
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        self.inner.logs(id, lines).await
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.inner.exec(id, command, timeout).await
+    }
+}
