@@ -434,3 +434,45 @@ async fn a_command_that_does_not_exist_is_a_reported_failure() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_steps_run_in_order_before_the_main_process() {
+    let mut node = Node::new();
+    node.start();
+    let mut spec = service("prepared", &["sleep", "1000"]);
+    spec.volumes = vec![schema::VolumeMount {
+        volume: "data".into(),
+        path: "/data".into(),
+    }];
+    spec.init = vec![
+        schema::InitStep::new("echo one >> data/order"),
+        schema::InitStep::new("echo two >> data/order"),
+    ];
+    node.place("prepared", &spec, DesiredState::Running).await;
+    let seen = node.wait_for("prepared", "running", running).await;
+    assert_eq!(seen.init_done, 2);
+    let order = std::fs::read_to_string(node.dir.path().join("agent/volumes/data/order"))
+        .expect("written by the init steps");
+    assert_eq!(order, "one\ntwo\n");
+
+    let mut broken = service("broken", &["sleep", "1000"]);
+    broken.init = vec![schema::InitStep::new("exit 7")];
+    node.place("broken", &broken, DesiredState::Running).await;
+    let seen = node
+        .wait_for("broken", "failed by its init step", |o| {
+            o.state == ObservedState::Failed
+        })
+        .await;
+    assert!(
+        seen.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("init step 0")),
+        "{seen:?}"
+    );
+    assert!(
+        node.runtime().pid("broken").is_none(),
+        "the main process never started"
+    );
+    node.runtime().kill_all();
+    node.stop().await;
+}

@@ -62,6 +62,12 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             if !start || track.retry_at.is_some_and(|at| now < at) {
                 continue;
             }
+            // Volumes are directories of the node, made before anything uses them.
+            for volume in &spec.volumes {
+                if let Err(err) = std::fs::create_dir_all(volumes.join(&volume.volume)) {
+                    track.fail(now, format!("volume {}: {err}", volume.volume));
+                }
+            }
             // Init steps run once, before the first start.
             if seen.is_none() && (track.init_done as usize) < spec.init.len() {
                 let step = track.init_done as usize;
