@@ -1,6 +1,6 @@
 //! The standard controllers: from desired services to placed, running, reachable instances.
 //!
-//! Each is a pure [`Controller`](ccattler_core::Controller) with its own write domain; they meet
+//! Each is a pure [`ccattler_core::Controller`] with its own write domain; they meet
 //! only in the store (see the key table in [`ccattler_core::schema`]).
 //!
 //! | controller | reads | writes |

@@ -7,8 +7,11 @@
 //! (`cgroup.controllers` exists) and the spec sets a limit. Each limited instance gets
 //! `{parent}/{id}` (by default `/sys/fs/cgroup/ccattler/{id}`) with `memory.max` and `cpu.max`,
 //! and its process is moved there right after it started (its first instants run unlimited).
-//! Anything that fails (no root, cgroup v1, a read-only hierarchy, a missing controller) is
-//! skipped silently: a start never fails because of limits.
+//! On a cgroup v1 (or hybrid) host, the same group name is used under the `memory` and `cpu`
+//! controllers instead (`/sys/fs/cgroup/memory/ccattler/{id}` with `memory.limit_in_bytes`,
+//! `/sys/fs/cgroup/cpu/ccattler/{id}` with `cpu.cfs_quota_us` and `cpu.cfs_period_us`).
+//! Anything that fails (no root, a read-only hierarchy, a missing controller) is skipped
+//! silently: a start never fails because of limits.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -136,7 +139,7 @@ pub(super) fn apply_limits(
     }
     let hierarchy = parent.parent()?;
     if !hierarchy.join("cgroup.controllers").exists() {
-        return None;
+        return apply_v1_limits(hierarchy, parent.file_name()?, id, pid, cpu, memory);
     }
     fs::create_dir_all(parent).ok()?;
     // Controllers must be enabled for the children of every level on the way down; a level
@@ -159,9 +162,50 @@ pub(super) fn apply_limits(
     Some(dir)
 }
 
-/// Removes an instance's cgroup, if it has one and it is empty.
+/// The cgroup v1 way: one group per controller. Returns the memory group when it holds the pid.
+fn apply_v1_limits(
+    hierarchy: &Path,
+    name: &std::ffi::OsStr,
+    id: &str,
+    pid: u32,
+    cpu: Cpu,
+    memory: Memory,
+) -> Option<PathBuf> {
+    let mut placed = None;
+    if cpu != Cpu::ZERO {
+        let dir = hierarchy.join("cpu").join(name).join(id);
+        if fs::create_dir_all(&dir).is_ok() {
+            let quota = cpu.millis().saturating_mul(CPU_PERIOD_US) / 1000;
+            let _ = fs::write(dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string());
+            let _ = fs::write(dir.join("cpu.cfs_quota_us"), quota.max(1000).to_string());
+            if fs::write(dir.join("cgroup.procs"), pid.to_string()).is_ok() {
+                placed = Some(dir);
+            }
+        }
+    }
+    if memory != Memory::ZERO {
+        let dir = hierarchy.join("memory").join(name).join(id);
+        if fs::create_dir_all(&dir).is_ok() {
+            let _ = fs::write(
+                dir.join("memory.limit_in_bytes"),
+                memory.bytes().to_string(),
+            );
+            if fs::write(dir.join("cgroup.procs"), pid.to_string()).is_ok() {
+                placed = Some(dir);
+            }
+        }
+    }
+    placed
+}
+
+/// Removes an instance's cgroups (v2, or v1 per controller), if it has them and they are empty.
 pub(super) fn release_limits(parent: &Path, id: &str) {
     let _ = fs::remove_dir(parent.join(id));
+    if let (Some(hierarchy), Some(name)) = (parent.parent(), parent.file_name()) {
+        for controller in ["cpu", "memory"] {
+            let _ = fs::remove_dir(hierarchy.join(controller).join(name).join(id));
+        }
+    }
 }
 
 #[cfg(test)]
