@@ -9,6 +9,7 @@
 //!   (revisions, idempotent put, transactions, watches with previous values, compaction, leases).
 //!   Tune it with [`MemoryConfig`].
 //! - Several clusters in one store: wrap any store in [`Namespaced`].
+//! - Several machines: `EtcdStore` (feature `etcd`), a thin mapping onto a real etcd cluster.
 //!
 //! ## Layout
 //!
@@ -16,12 +17,13 @@
 //! |---|---|
 //! | [`memory`] | [`MemoryStore`], [`MemoryConfig`], the [`MemoryWatch`] stream |
 //! | [`namespaced`] | [`Namespaced`], the [`NamespacedWatch`] stream |
+//! | `etcd` (feature `etcd`) | `EtcdStore`, `EtcdConfig`, the `EtcdWatch` stream, `LeaseKeeper`, test support in `etcd::server` |
 //!
 //! ## Feature flags
 //!
 //! | feature | enables | pulls in |
 //! |---|---|---|
-//! | *(none yet)* | `etcd` will add `EtcdStore`, the distributed backend | — |
+//! | `etcd` | `EtcdStore`, the distributed backend, on etcd's v3 API | etcd-client, tonic, tokio (protoc at build time) |
 //!
 //! With no feature, this crate depends on no async runtime: its futures complete on first poll
 //! and its watch streams wake tasks through their `Waker`, so any executor drives them.
@@ -56,6 +58,11 @@ pub mod namespaced;
 
 pub use memory::{MemoryConfig, MemoryStore, MemoryWatch};
 pub use namespaced::{Namespaced, NamespacedWatch};
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdConfig, EtcdStore, EtcdWatch};
 
 #[cfg(test)]
 mod test_util;
