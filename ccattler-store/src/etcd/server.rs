@@ -268,6 +268,42 @@ impl EtcdCluster {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// The index of the member that leads the cluster now, if a running member knows one.
+    pub async fn leader(&self) -> Option<usize> {
+        for member in self.members.iter().filter(|m| m.child.is_some()) {
+            let options =
+                etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+            let connect = etcd_client::Client::connect([&member.client_url], Some(options));
+            let Ok(Ok(mut client)) = tokio::time::timeout(Duration::from_secs(1), connect).await
+            else {
+                continue;
+            };
+            let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_secs(1), client.status()).await
+            else {
+                continue;
+            };
+            let leader = status.leader();
+            for (index, other) in self.members.iter().enumerate() {
+                let Ok(Ok(mut client)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    etcd_client::Client::connect([&other.client_url], None),
+                )
+                .await
+                else {
+                    continue;
+                };
+                if let Ok(Ok(status)) =
+                    tokio::time::timeout(Duration::from_secs(1), client.status()).await
+                    && status.header().is_some_and(|h| h.member_id() == leader)
+                {
+                    return Some(index);
+                }
+            }
+        }
+        None
+    }
+
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(|m| m.client_url.clone()).collect()
