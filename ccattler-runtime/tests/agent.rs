@@ -3,104 +3,24 @@
 //! reports probe results.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ccattler_core::FactStore;
 use ccattler_core::schema::{
     self, Assignment, DesiredState, Expose, Health, InstanceObservation, ObservedState, Probe,
     ProbeCheck, ServiceSpec,
 };
-use ccattler_core::{
-    Fact, FactStore, Key, Lease, LeaseId, Revision, Scan, StoreError, StoreLimits, Txn,
-    TxnResponse, Value,
-};
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::process::ProcessRuntime;
 use ccattler_store::MemoryStore;
+use ccattler_testkit::faulty::FaultyStore;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 const NODE: &str = "n1";
 
-/// A store that can be cut off: every call fails as unreachable while `down` is set.
-#[derive(Clone)]
-struct Flaky {
-    inner: MemoryStore,
-    down: Arc<AtomicBool>,
-}
-
-impl Flaky {
-    fn check(&self) -> Result<(), StoreError> {
-        if self.down.load(Ordering::SeqCst) {
-            Err(StoreError::unavailable("partitioned by the test"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl FactStore for Flaky {
-    type Watch = <MemoryStore as FactStore>::Watch;
-    async fn get(&self, key: &Key) -> Result<Option<Fact>, StoreError> {
-        self.check()?;
-        self.inner.get(key).await
-    }
-    async fn put(&self, key: &Key, value: Value) -> Result<Revision, StoreError> {
-        self.check()?;
-        self.inner.put(key, value).await
-    }
-    async fn put_with_lease(
-        &self,
-        key: &Key,
-        value: Value,
-        lease: LeaseId,
-    ) -> Result<Revision, StoreError> {
-        self.check()?;
-        self.inner.put_with_lease(key, value, lease).await
-    }
-    async fn delete(&self, key: &Key) -> Result<Option<Fact>, StoreError> {
-        self.check()?;
-        self.inner.delete(key).await
-    }
-    async fn scan(&self, prefix: &str) -> Result<Scan, StoreError> {
-        self.check()?;
-        self.inner.scan(prefix).await
-    }
-    async fn watch(&self, prefix: &str, start: Revision) -> Result<Self::Watch, StoreError> {
-        self.check()?;
-        self.inner.watch(prefix, start).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
-        self.check()?;
-        self.inner.txn(txn).await
-    }
-    async fn revision(&self) -> Result<Revision, StoreError> {
-        self.check()?;
-        self.inner.revision().await
-    }
-    async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.compact(revision).await
-    }
-    async fn grant_lease(&self, ttl: Duration) -> Result<Lease, StoreError> {
-        self.check()?;
-        self.inner.grant_lease(ttl).await
-    }
-    async fn keep_alive(&self, lease: LeaseId) -> Result<Duration, StoreError> {
-        self.check()?;
-        self.inner.keep_alive(lease).await
-    }
-    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.revoke_lease(lease).await
-    }
-    fn limits(&self) -> StoreLimits {
-        self.inner.limits()
-    }
-}
-
 struct Node {
-    store: Flaky,
+    store: FaultyStore<MemoryStore>,
     dir: tempfile::TempDir,
     agent: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
     runtime: Option<Arc<ProcessRuntime>>,
@@ -109,10 +29,7 @@ struct Node {
 impl Node {
     fn new() -> Self {
         Node {
-            store: Flaky {
-                inner: MemoryStore::new(),
-                down: Arc::new(AtomicBool::new(false)),
-            },
+            store: FaultyStore::new(MemoryStore::new()),
             dir: tempfile::tempdir().expect("temp dir"),
             agent: None,
             runtime: None,
@@ -155,7 +72,7 @@ impl Node {
 
     /// Declares a service and places one instance of it on the node.
     async fn place(&self, id: &str, spec: &ServiceSpec, state: DesiredState) {
-        let store = &self.store.inner;
+        let store = self.store.inner();
         store
             .put(
                 &schema::keys::service(&spec.name).expect("key"),
@@ -181,7 +98,7 @@ impl Node {
 
     async fn observation(&self, id: &str) -> Option<InstanceObservation> {
         let key = schema::keys::observed_instance(NODE, id).expect("key");
-        let fact = self.store.inner.get(&key).await.expect("get")?;
+        let fact = self.store.inner().get(&key).await.expect("get")?;
         schema::decode(&fact).ok()
     }
 
@@ -283,7 +200,7 @@ async fn runs_what_is_placed_and_reports_it() {
     );
     let node_status = node
         .store
-        .inner
+        .inner()
         .get(&schema::keys::node(NODE).expect("key"))
         .await
         .expect("get");
@@ -339,7 +256,7 @@ async fn workloads_keep_running_while_the_store_is_unreachable() {
     node.wait_for("sleeper", "running", running).await;
     let pid = node.runtime().pid("sleeper").expect("a pid");
 
-    node.store.down.store(true, Ordering::SeqCst);
+    node.store.partition();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         node.runtime().pid("sleeper"),
@@ -361,7 +278,7 @@ async fn workloads_keep_running_while_the_store_is_unreachable() {
         "adopted, not restarted"
     );
 
-    node.store.down.store(false, Ordering::SeqCst);
+    node.store.heal();
     let seen = node.wait_for("sleeper", "reported again", running).await;
     assert_eq!(seen.restarts, 0);
     assert_eq!(node.runtime().pid("sleeper"), Some(pid));

@@ -5,6 +5,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`cluster`] | [`cluster::TestCluster`]: store, runner with the standard controllers and stand-in node agents in one process |
+//! | [`faulty`] | [`faulty::FaultyStore`]: any store with partitions and lost races switched on by a test |
 //! | [`toy`] | [`toy::ReplicaController`], a small real controller for runner tests, examples and benches |
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |
 //! | [`runtime_conformance`] | the [`Runtime`](ccattler_core::Runtime) conformance suite: a harness trait, one entry point, one check per guarantee |
@@ -14,6 +15,7 @@
 
 pub mod cluster;
 pub mod conformance;
+pub mod faulty;
 pub mod runtime_conformance;
 pub mod scenario;
 pub mod toy;

@@ -8,11 +8,11 @@ use ccattler_core::runner::{
     LeaderElection, LeaseElection, LeaseElectionConfig, RunnerError, TokioRunner,
 };
 use ccattler_core::{
-    Change, Controller, FactStore, FactView, Key, Lease, LeaseId, ManualClock, Op,
-    ReconcileContext, ReconcileError, Revision, Runner, Scan, StoreError, StoreLimits, Txn,
-    TxnResponse, Value,
+    Change, Controller, FactStore, FactView, Key, ManualClock, Op, ReconcileContext,
+    ReconcileError, Revision, Runner, Txn,
 };
 use ccattler_store::{MemoryConfig, MemoryStore};
+use ccattler_testkit::faulty::FaultyStore;
 use ccattler_testkit::toy::{INSTANCES, ReplicaController};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -116,82 +116,11 @@ async fn a_restarted_runner_over_the_same_store_creates_nothing() {
     stop(second).await;
 }
 
-/// A store that makes the next `conflicts` transactions lose a race: just before forwarding one,
-/// it writes the first key the transaction guards.
-#[derive(Clone)]
-struct Racy {
-    inner: MemoryStore,
-    conflicts: Arc<AtomicUsize>,
-    failed: Arc<AtomicUsize>,
-}
-
-impl FactStore for Racy {
-    type Watch = <MemoryStore as FactStore>::Watch;
-    async fn get(&self, key: &Key) -> Result<Option<ccattler_core::Fact>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn put(&self, key: &Key, value: Value) -> Result<Revision, StoreError> {
-        self.inner.put(key, value).await
-    }
-    async fn put_with_lease(
-        &self,
-        key: &Key,
-        value: Value,
-        lease: LeaseId,
-    ) -> Result<Revision, StoreError> {
-        self.inner.put_with_lease(key, value, lease).await
-    }
-    async fn delete(&self, key: &Key) -> Result<Option<ccattler_core::Fact>, StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn scan(&self, prefix: &str) -> Result<Scan, StoreError> {
-        self.inner.scan(prefix).await
-    }
-    async fn watch(&self, prefix: &str, start: Revision) -> Result<Self::Watch, StoreError> {
-        self.inner.watch(prefix, start).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
-        let inject = self
-            .conflicts
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if let (true, Some(compare)) = (inject, txn.compares.first()) {
-            self.inner.put(&compare.key, "intruder".into()).await?;
-        }
-        let response = self.inner.txn(txn).await?;
-        if !response.succeeded {
-            self.failed.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(response)
-    }
-    async fn revision(&self) -> Result<Revision, StoreError> {
-        self.inner.revision().await
-    }
-    async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
-        self.inner.compact(revision).await
-    }
-    async fn grant_lease(&self, ttl: Duration) -> Result<Lease, StoreError> {
-        self.inner.grant_lease(ttl).await
-    }
-    async fn keep_alive(&self, lease: LeaseId) -> Result<Duration, StoreError> {
-        self.inner.keep_alive(lease).await
-    }
-    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.inner.revoke_lease(lease).await
-    }
-    fn limits(&self) -> StoreLimits {
-        self.inner.limits()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn conflicts_are_retried_until_the_commit_lands() {
     let inner = MemoryStore::new();
-    let store = Racy {
-        inner: inner.clone(),
-        conflicts: Arc::new(AtomicUsize::new(3)),
-        failed: Arc::new(AtomicUsize::new(0)),
-    };
+    let store = FaultyStore::new(inner.clone());
+    store.lose_races(3);
     let run = start(
         TokioRunner::new(store.clone())
             .controller(ReplicaController)
@@ -203,16 +132,8 @@ async fn conflicts_are_retried_until_the_commit_lands() {
     set_desired(&inner, "web", 6).await;
     converge(&store, "web", 6).await;
     idle(Duration::from_secs(1)).await;
-    assert_eq!(
-        store.conflicts.load(Ordering::SeqCst),
-        0,
-        "every race was injected"
-    );
-    assert_eq!(
-        store.failed.load(Ordering::SeqCst),
-        3,
-        "three commits lost their race"
-    );
+    assert_eq!(store.races_left(), 0, "every race was injected");
+    assert_eq!(store.failed_txns(), 3, "three commits lost their race");
     assert_eq!(
         instances(&store, "web").await.len(),
         6,
