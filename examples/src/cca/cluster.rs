@@ -1,0 +1,370 @@
+//! [`DevCluster`]: a whole cluster in one process, as `cca dev` runs it.
+//!
+//! # Expected flow
+//!
+//! [`DevCluster::start`] creates an embedded [`MemoryStore`], runs the standard controllers
+//! ([`standard::all`]) on a [`TokioRunner`], and one [`NodeAgent`] per local node (`n1`..`nN`),
+//! each over its own runtime: a [`ProcessRuntime`] rooted in the node's own directory, or a
+//! [`SimulatorRuntime`]. [`wait_for_nodes`](DevCluster::wait_for_nodes) waits until every node
+//! has registered; [`apply`](DevCluster::apply) applies a `.cca` file;
+//! [`shutdown`](DevCluster::shutdown) stops everything.
+//!
+//! # Guarantees
+//!
+//! - **Nothing is left behind.** Unlike a production agent, whose workloads outlive it, the dev
+//!   cluster owns its workloads: `shutdown` stops the runner and the agents, then stops every
+//!   instance (SIGTERM, then SIGKILL after the grace period, to its whole process group), removes
+//!   its directory, and removes the temporary state directory.
+//! - A part that fails while the cluster runs (the runner, an agent) is reported by
+//!   [`failure`](DevCluster::failure); the others keep running until `shutdown`.
+//!
+//! # Layout of the state directory
+//!
+//! ```text
+//! {state}/n1/runtime/   the ProcessRuntime's root: instances/{id}/{work,stdout.log,state.json}
+//! {state}/n1/agent/     the agent's cache (last desired state, lease id)
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_controllers::apply::{self, ApplyError, ApplyOptions, ApplyReport};
+use ccattler_controllers::lang::SourceFile;
+use ccattler_controllers::standard;
+use ccattler_core::runner::TokioRunner;
+use ccattler_core::schema::{Cpu, Memory};
+use ccattler_core::{Runner, Runtime};
+use ccattler_runtime::agent::{AgentConfig, NodeAgent};
+use ccattler_runtime::process::ProcessRuntime;
+use ccattler_runtime::simulator::SimulatorRuntime;
+use ccattler_store::MemoryStore;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::CliError;
+use super::progress::StatusFollower;
+
+/// Which runtime the local agents use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// Real processes: each instance runs its `command` (the image is ignored).
+    #[default]
+    Process,
+    /// The in-memory simulator: nothing runs; instances run until stopped (`exit N` ends one).
+    Sim,
+}
+
+/// How to set up a [`DevCluster`].
+#[derive(Clone, Debug)]
+pub struct DevConfig {
+    /// The runtime of every node.
+    pub runtime: RuntimeKind,
+    /// Number of nodes, named `n1`..`nN`.
+    pub nodes: u32,
+    /// Allocatable CPU of each node.
+    pub cpu: Cpu,
+    /// Allocatable memory of each node.
+    pub memory: Memory,
+    /// Zones, given to the nodes round-robin; none when empty.
+    pub zones: Vec<String>,
+    /// Labels of every node.
+    pub labels: Vec<(String, String)>,
+    /// Where the nodes keep their state; a temporary directory (removed at shutdown) when `None`.
+    pub state_dir: Option<PathBuf>,
+    /// How long each instance gets between SIGTERM and SIGKILL at shutdown.
+    pub stop_grace: Duration,
+}
+
+impl Default for DevConfig {
+    /// Three process nodes of 2 cores and 2 GiB, no zones or labels, a temporary state
+    /// directory, 2 s grace.
+    fn default() -> Self {
+        DevConfig {
+            runtime: RuntimeKind::Process,
+            nodes: 3,
+            cpu: Cpu::from_millis(2_000),
+            memory: Memory::from_bytes(2 << 30),
+            zones: Vec::new(),
+            labels: Vec::new(),
+            state_dir: None,
+            stop_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The agents' timings: a dev cluster notices a dead node within seconds and reacts fast.
+const LEASE_TTL: Duration = Duration::from_secs(3);
+const SYNC_INTERVAL: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A running dev cluster; see the [module docs](self).
+#[derive(Debug)]
+pub struct DevCluster {
+    store: MemoryStore,
+    nodes: u32,
+    stop_grace: Duration,
+    runner: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    agents: Vec<(oneshot::Sender<()>, JoinHandle<()>)>,
+    workloads: Workloads,
+    state: State,
+    failures: mpsc::UnboundedReceiver<String>,
+}
+
+/// The runtimes, kept to stop their workloads at shutdown.
+#[derive(Debug)]
+enum Workloads {
+    Process(Vec<Arc<ProcessRuntime>>),
+    Sim,
+}
+
+#[derive(Debug)]
+enum State {
+    Temporary(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl State {
+    fn path(&self) -> &Path {
+        match self {
+            State::Temporary(dir) => dir.path(),
+            State::Kept(dir) => dir,
+        }
+    }
+}
+
+impl DevCluster {
+    /// Starts the store, the controllers and the agents.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Write`] when the state directory cannot be created, [`CliError::Start`] when
+    /// a runtime or an agent cannot be set up.
+    pub async fn start(config: DevConfig) -> Result<Self, CliError> {
+        let state = match &config.state_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|source| CliError::Write {
+                    path: dir.clone(),
+                    source,
+                })?;
+                State::Kept(dir.clone())
+            }
+            None => State::Temporary(
+                tempfile::Builder::new()
+                    .prefix("cca-dev-")
+                    .tempdir()
+                    .map_err(|source| CliError::Write {
+                        path: std::env::temp_dir(),
+                        source,
+                    })?,
+            ),
+        };
+        let store = MemoryStore::new();
+        let (report, failures) = mpsc::unbounded_channel();
+
+        let mut runner = TokioRunner::new(store.clone());
+        for controller in standard::all() {
+            runner = runner.controller_arc(controller);
+        }
+        let (stop, stopped) = oneshot::channel::<()>();
+        let failed = report.clone();
+        let runner_task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(err) = runner.run(shutdown).await {
+                let _ = failed.send(format!("the controllers stopped: {err}"));
+            }
+        });
+
+        let mut cluster = DevCluster {
+            store,
+            nodes: config.nodes,
+            stop_grace: config.stop_grace,
+            runner: Some((stop, runner_task)),
+            agents: Vec::new(),
+            workloads: match config.runtime {
+                RuntimeKind::Process => Workloads::Process(Vec::new()),
+                RuntimeKind::Sim => Workloads::Sim,
+            },
+            state,
+            failures,
+        };
+        for i in 0..config.nodes {
+            let name = format!("n{}", i + 1);
+            let dir = cluster.state.path().join(&name);
+            let mut agent = AgentConfig::new(name.clone(), dir.join("agent"))
+                .capacity(config.cpu, config.memory)
+                .lease_ttl(LEASE_TTL)
+                .sync_interval(SYNC_INTERVAL)
+                .stop_grace(config.stop_grace)
+                .max_backoff(MAX_BACKOFF);
+            if !config.zones.is_empty() {
+                agent = agent.zone(config.zones[i as usize % config.zones.len()].clone());
+            }
+            for (key, value) in &config.labels {
+                agent = agent.label(key.clone(), value.clone());
+            }
+            let handle = match &mut cluster.workloads {
+                Workloads::Process(runtimes) => {
+                    let runtime = ProcessRuntime::new(dir.join("runtime")).map_err(|err| {
+                        CliError::Start(format!("the process runtime of {name}: {err}"))
+                    })?;
+                    let runtime = Arc::new(runtime);
+                    runtimes.push(Arc::clone(&runtime));
+                    spawn_agent(&cluster.store, runtime, agent, report.clone())?
+                }
+                Workloads::Sim => spawn_agent(
+                    &cluster.store,
+                    Arc::new(SimulatorRuntime::new()),
+                    agent,
+                    report.clone(),
+                )?,
+            };
+            cluster.agents.push(handle);
+        }
+        Ok(cluster)
+    }
+
+    /// The cluster's store.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// Where the nodes keep their state.
+    pub fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// Waits until every node has registered (holds its lease), at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Start`] when some node has not registered in time.
+    pub async fn wait_for_nodes(&self, timeout: Duration) -> Result<(), CliError> {
+        let wait = async {
+            let mut follower = StatusFollower::new(&self.store).await?;
+            loop {
+                if follower.next().await?.nodes >= self.nodes as usize {
+                    return Ok::<_, ccattler_core::StoreError>(());
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(CliError::Start(format!("reading the store: {err}"))),
+            Err(_) => Err(CliError::Start(format!(
+                "the {} local nodes did not register within {timeout:?}",
+                self.nodes
+            ))),
+        }
+    }
+
+    /// Applies a `.cca` file in one transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`ApplyError`]; nothing is applied then.
+    pub async fn apply(&self, file: &SourceFile) -> Result<ApplyReport, ApplyError> {
+        apply::apply_file(&self.store, file, ApplyOptions::default()).await
+    }
+
+    /// Waits until a part of the cluster fails, and says which and why.
+    pub async fn failure(&mut self) -> String {
+        match self.failures.recv().await {
+            Some(reason) => reason,
+            // Every sender is held by a task that runs until shutdown.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops the controllers and the agents, then every workload (see the module docs); returns
+    /// how many instances were stopped.
+    pub async fn shutdown(mut self) -> usize {
+        if let Some((stop, task)) = self.runner.take() {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+        let tasks: Vec<JoinHandle<()>> = self
+            .agents
+            .drain(..)
+            .map(|(stop, task)| {
+                let _ = stop.send(());
+                task
+            })
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+        let stopped = match &self.workloads {
+            Workloads::Process(runtimes) => stop_all(runtimes, self.stop_grace).await,
+            Workloads::Sim => 0,
+        };
+        if let State::Temporary(dir) =
+            std::mem::replace(&mut self.state, State::Kept(PathBuf::new()))
+        {
+            let _ = dir.close();
+        }
+        stopped
+    }
+}
+
+fn spawn_agent<R: Runtime>(
+    store: &MemoryStore,
+    runtime: Arc<R>,
+    config: AgentConfig,
+    report: mpsc::UnboundedSender<String>,
+) -> Result<(oneshot::Sender<()>, JoinHandle<()>), CliError> {
+    let node = config.node.clone();
+    let agent = NodeAgent::new(store.clone(), runtime, config)
+        .map_err(|err| CliError::Start(format!("the agent of {node}: {err}")))?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        if let Err(err) = agent.run(shutdown).await {
+            let _ = report.send(format!("the agent of {node} stopped: {err}"));
+        }
+    });
+    Ok((stop, task))
+}
+
+/// Stops and removes every instance of every runtime, all at once, each with `grace` between
+/// SIGTERM and SIGKILL; then kills whatever is left. Returns how many were running.
+async fn stop_all(runtimes: &[Arc<ProcessRuntime>], grace: Duration) -> usize {
+    let mut stops = JoinSet::new();
+    let mut running = 0;
+    for runtime in runtimes {
+        let Ok(instances) = runtime.observe().await else {
+            continue;
+        };
+        for instance in instances {
+            if !instance.state.has_ended() {
+                running += 1;
+            }
+            let runtime = Arc::clone(runtime);
+            stops.spawn(async move {
+                let _ = runtime.ensure_stopped(&instance.id, grace).await;
+                let _ = runtime.remove(&instance.id).await;
+            });
+        }
+    }
+    while stops.join_next().await.is_some() {}
+    for runtime in runtimes {
+        runtime.kill_all();
+    }
+    running
+}
+
+impl Drop for DevCluster {
+    /// A cluster dropped without [`shutdown`](DevCluster::shutdown) (a panic, an early return)
+    /// still kills its workloads: nothing outlives `cca dev`.
+    fn drop(&mut self) {
+        if let Workloads::Process(runtimes) = &self.workloads {
+            for runtime in runtimes {
+                runtime.kill_all();
+            }
+        }
+    }
+}

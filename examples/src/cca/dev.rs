@@ -1,0 +1,390 @@
+//! `cca dev FILE.cca`: a whole cluster in one process, converging before your eyes.
+//!
+//! # Expected flow
+//!
+//! 1. The file is checked first: with any error, every diagnostic is printed, nothing starts and
+//!    the exit code is 1.
+//! 2. A [`DevCluster`] starts: an embedded `MemoryStore`, the standard controllers on the tokio
+//!    runner, and `--nodes` local agents (`n1`..`nN`, 3 by default) over the process runtime or
+//!    the simulator, each with `--node-cpu`/`--node-memory`, a zone from `--zones`
+//!    (round-robin) and every `--labels`.
+//! 3. Once every node has registered, the file is applied in one transaction, and the status of
+//!    each service (desired, placed, running, ready, and why instances are unplaced) is shown
+//!    live: redrawn in place on a terminal, one line per change otherwise.
+//! 4. The cluster runs until Ctrl-C or SIGTERM. With `--until-converged` it stops as soon as
+//!    observed state matches desired (exit 0), or after `--timeout` (exit 2), printing the
+//!    final status either way.
+//! 5. Stopping stops the controllers and the agents, then every workload: unlike a production
+//!    agent, `cca dev` owns its processes and leaves none behind.
+//!
+//! The HTTP API (`cca server`, `cca apply`, `cca get`, ...) is not served yet: it comes with
+//! the API server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use ccattler_controllers::lang::{Compiled, SourceFile};
+use ccattler_core::schema::{self, Cpu, Memory, ProbeCheck, format_duration};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::check::check_file;
+use super::cluster::{DevCluster, DevConfig, RuntimeKind};
+use super::display::Display;
+use super::progress::{ClusterStatus, StatusFollower};
+use super::{CliError, EXIT_FAILURE, EXIT_TIMEOUT, read_source};
+
+/// Arguments of `cca dev`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Run a whole cluster in this process: an embedded store, the standard \
+    controllers and local node agents. Applies FILE, shows every service converge (desired, \
+    placed, running, ready) and keeps running until Ctrl-C, which stops the controllers, the \
+    agents and every workload they started. (The HTTP API is not served yet: it comes with \
+    `cca server`.)"
+)]
+pub struct DevArgs {
+    /// The .cca file to apply.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The runtime of the local agents: `process` runs each instance's command as a real
+    /// process (the image is ignored); `sim` runs nothing and simulates instances in memory.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Process)]
+    pub runtime: RuntimeKind,
+    /// How many local nodes to run (n1..nN), each with its own agent.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub nodes: u32,
+    /// Allocatable CPU of each local node: cores (`2`) or millicores (`500m`).
+    #[arg(long, value_name = "CPU", default_value = "2", value_parser = parse_cpu)]
+    pub node_cpu: Cpu,
+    /// Allocatable memory of each local node (`512Mi`, `2Gi`).
+    #[arg(long, value_name = "MEMORY", default_value = "2Gi", value_parser = parse_memory)]
+    pub node_memory: Memory,
+    /// Zones given to the local nodes round-robin (`--zones a,b,c`); none by default.
+    #[arg(long, value_name = "ZONES", value_delimiter = ',', value_parser = parse_zone)]
+    pub zones: Vec<String>,
+    /// Labels set on every local node (`--labels disk=ssd,tier=web`).
+    #[arg(long, value_name = "K=V", value_delimiter = ',', value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Exit 0 (printing the final status) as soon as observed state matches desired: every
+    /// service has as many running and ready instances as desired, and none is unplaced.
+    #[arg(long)]
+    pub until_converged: bool,
+    /// With --until-converged: give up after this long (`60s`, `2m`), print the status and
+    /// exit 2.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_time)]
+    pub timeout: Duration,
+    /// Put the nodes' state (instance directories with their logs, agent caches) in this
+    /// directory instead of a temporary one removed at exit. Instance directories are removed
+    /// when the cluster stops its workloads.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// How long each workload gets between SIGTERM and SIGKILL when the cluster stops.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_time)]
+    pub stop_grace: Duration,
+}
+
+impl DevArgs {
+    /// The cluster these arguments describe.
+    pub fn config(&self) -> DevConfig {
+        DevConfig {
+            runtime: self.runtime,
+            nodes: self.nodes,
+            cpu: self.node_cpu,
+            memory: self.node_memory,
+            zones: self.zones.clone(),
+            labels: self.labels.clone(),
+            state_dir: self.state_dir.clone(),
+            stop_grace: self.stop_grace,
+        }
+    }
+}
+
+/// How following the cluster ended.
+#[derive(Debug)]
+enum Outcome {
+    Converged(Duration),
+    TimedOut,
+    Interrupted,
+    Failed(String),
+}
+
+/// Runs `cca dev`; see the [module docs](self).
+///
+/// # Errors
+///
+/// [`CliError`] when the file cannot be read or the cluster cannot start or fails.
+pub fn run(args: &DevArgs) -> Result<ExitCode, CliError> {
+    let file = read_source(&args.file)?;
+    let (compiled, diagnostics) = check_file(&file);
+    if !diagnostics.is_empty() {
+        eprint!("{diagnostics}");
+    }
+    let Some(compiled) = compiled else {
+        eprintln!("{}: has errors; nothing was started", file.name());
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?;
+    runtime.block_on(dev(args, &file, &compiled))
+}
+
+async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<ExitCode, CliError> {
+    let mut signals = Signals::new()?;
+    if args.runtime == RuntimeKind::Sim {
+        warn_about_probes(compiled);
+    }
+    let mut cluster = DevCluster::start(args.config()).await?;
+    println!(
+        "cca dev: {} node{} ({} runtime; each with cpu {} and memory {}), state in {}",
+        args.nodes,
+        if args.nodes == 1 { "" } else { "s" },
+        match args.runtime {
+            RuntimeKind::Process => "process",
+            RuntimeKind::Sim => "simulator",
+        },
+        args.node_cpu,
+        args.node_memory,
+        cluster.state_dir().display()
+    );
+    if let Err(err) = cluster.wait_for_nodes(Duration::from_secs(10)).await {
+        cluster.shutdown().await;
+        return Err(err);
+    }
+    let started = Instant::now();
+    match cluster.apply(file).await {
+        Ok(report) => println!(
+            "applied {}: {} service{}, {} volume{} ({} added, {} changed)",
+            file.name(),
+            compiled.services.len(),
+            if compiled.services.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            compiled.volumes.len(),
+            if compiled.volumes.len() == 1 { "" } else { "s" },
+            report.plan.added.len(),
+            report.plan.changed.len(),
+        ),
+        Err(err) => {
+            cluster.shutdown().await;
+            return Err(CliError::Cluster(format!(
+                "applying {}: {err}",
+                file.name()
+            )));
+        }
+    }
+    if !args.until_converged {
+        println!("Ctrl-C stops the cluster and every workload it started");
+    }
+
+    let mut display = Display::new(started);
+    let outcome = follow(&mut cluster, args, started, &mut display, &mut signals).await;
+    display.finish();
+    let code = match &outcome {
+        Outcome::Converged(after) => {
+            print_final(&cluster).await;
+            println!("converged in {:.3} s", after.as_secs_f64());
+            ExitCode::SUCCESS
+        }
+        Outcome::TimedOut => {
+            print_final(&cluster).await;
+            eprintln!("not converged after {}", format_duration(args.timeout));
+            ExitCode::from(EXIT_TIMEOUT)
+        }
+        Outcome::Interrupted => ExitCode::SUCCESS,
+        Outcome::Failed(reason) => {
+            eprintln!("error: {reason}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    };
+    eprintln!("stopping the controllers, the agents and every workload...");
+    let stopped = cluster.shutdown().await;
+    eprintln!(
+        "stopped {stopped} running instance{}; bye",
+        if stopped == 1 { "" } else { "s" }
+    );
+    Ok(code)
+}
+
+/// Shows the status on every change until converged (with `--until-converged`), timed out,
+/// interrupted, or failed.
+async fn follow(
+    cluster: &mut DevCluster,
+    args: &DevArgs,
+    started: Instant,
+    display: &mut Display,
+    signals: &mut Signals,
+) -> Outcome {
+    let mut follower = match StatusFollower::new(cluster.store()).await {
+        Ok(follower) => follower,
+        Err(err) => return Outcome::Failed(format!("watching the store: {err}")),
+    };
+    let deadline = tokio::time::Instant::from_std(started + args.timeout);
+    loop {
+        let redraw_at = display.pending_until().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            status = follower.next() => match status {
+                Ok(status) => {
+                    display.show(&status);
+                    if args.until_converged && status.is_converged() {
+                        return Outcome::Converged(started.elapsed());
+                    }
+                }
+                Err(err) => return Outcome::Failed(format!("reading the store: {err}")),
+            },
+            () = signals.recv() => return Outcome::Interrupted,
+            reason = cluster.failure() => return Outcome::Failed(reason),
+            () = tokio::time::sleep_until(deadline), if args.until_converged => {
+                return Outcome::TimedOut;
+            }
+            () = sleep_until_some(redraw_at), if redraw_at.is_some() => display.flush(),
+        }
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Prints the status table as the store holds it now.
+async fn print_final(cluster: &DevCluster) {
+    match ClusterStatus::read(cluster.store()).await {
+        Ok(status) => print!("final status:\n{}", status.table()),
+        Err(err) => eprintln!("cannot read the final status: {err}"),
+    }
+}
+
+/// The simulator runs nothing, so nothing answers http and tcp probes.
+fn warn_about_probes(compiled: &Compiled) {
+    for spec in &compiled.services {
+        let probes = [&spec.startup, &spec.liveness, &spec.readiness];
+        if probes.iter().any(|p| {
+            p.as_ref()
+                .is_some_and(|p| matches!(p.check, ProbeCheck::Http { .. } | ProbeCheck::Tcp))
+        }) {
+            eprintln!(
+                "warning: service {}: the simulator runs nothing, so its http/tcp probes will \
+                 fail (use --runtime process)",
+                spec.name
+            );
+        }
+    }
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the start so that neither kills the process before
+/// its workloads are stopped.
+#[derive(Debug)]
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, CliError> {
+        let listen = |kind| {
+            signal(kind).map_err(|err| CliError::Start(format!("listening for signals: {err}")))
+        };
+        Ok(Signals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+fn parse_cpu(text: &str) -> Result<Cpu, String> {
+    text.parse()
+        .map_err(|err: schema::SchemaError| err.to_string())
+}
+
+fn parse_memory(text: &str) -> Result<Memory, String> {
+    text.parse()
+        .map_err(|err: schema::SchemaError| err.to_string())
+}
+
+fn parse_time(text: &str) -> Result<Duration, String> {
+    schema::parse_duration(text).map_err(|err| err.to_string())
+}
+
+fn parse_zone(text: &str) -> Result<String, String> {
+    let zone = text.trim();
+    if zone.is_empty() || zone.contains('/') {
+        return Err("a zone is a non-empty name without `/`".to_owned());
+    }
+    Ok(zone.to_owned())
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_into_a_cluster_config() {
+        use clap::Parser;
+        let cli = super::super::Cli::try_parse_from([
+            "cca",
+            "dev",
+            "x.cca",
+            "--nodes",
+            "2",
+            "--node-cpu",
+            "500m",
+            "--node-memory",
+            "1Gi",
+            "--zones",
+            "a,b",
+            "--labels",
+            "disk=ssd,tier=web",
+            "--until-converged",
+            "--timeout",
+            "5s",
+        ])
+        .expect("valid flags");
+        let super::super::Command::Dev(args) = cli.command else {
+            panic!("dev");
+        };
+        let config = args.config();
+        assert_eq!(config.nodes, 2);
+        assert_eq!(config.cpu, Cpu::from_millis(500));
+        assert_eq!(config.memory, Memory::from_bytes(1 << 30));
+        assert_eq!(config.zones, ["a", "b"]);
+        assert_eq!(config.labels[1], ("tier".to_owned(), "web".to_owned()));
+        assert_eq!(args.timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn bad_flags_are_rejected_with_a_message() {
+        use clap::Parser;
+        for bad in [
+            ["cca", "dev", "x.cca", "--labels", "novalue"],
+            ["cca", "dev", "x.cca", "--node-cpu", "lots"],
+            ["cca", "dev", "x.cca", "--nodes", "0"],
+            ["cca", "dev", "x.cca", "--timeout", "soon"],
+        ] {
+            assert!(super::super::Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+}

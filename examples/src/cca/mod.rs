@@ -1,0 +1,164 @@
+//! The `cca` command line: one module per subcommand.
+//!
+//! | command | module | what it does |
+//! |---|---|---|
+//! | `cca dev FILE.cca` | [`dev`] | a whole cluster in one process: store, controllers, local agents; applies the file and shows it converge |
+//! | `cca check FILE...` | [`check`] | validates files offline and prints every diagnostic |
+//! | `cca fmt FILE` | [`fmt`] | prints (or writes, or checks) the canonical format |
+//! | `cca completions SHELL` | [`completions`] | shell completions |
+//!
+//! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
+//! status from the store's facts. The API server, `cca server`, `cca agent` and the API clients
+//! (`apply`, `get`, `watch`, `status`, `nodes`, `token`) come later, each as one more
+//! [`Command`] variant and module.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (for `cca dev`: converged with `--until-converged`, or stopped by Ctrl-C) |
+//! | 1 | invalid input (diagnostics printed), an unformatted file under `fmt --check`, or a failure |
+//! | 2 | `cca dev --until-converged` timed out (the status is printed), or bad command-line usage |
+
+pub mod check;
+pub mod cluster;
+pub mod completions;
+pub mod dev;
+pub mod display;
+pub mod fmt;
+pub mod progress;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use ccattler_controllers::lang::SourceFile;
+use clap::{Parser, Subcommand};
+
+/// Exit code of a failure or of invalid input.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code of `cca dev --until-converged` when the cluster did not converge in time.
+pub const EXIT_TIMEOUT: u8 = 2;
+
+/// `cca`: the reference cluster of CCattler.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cca",
+    version,
+    about = "The CCattler reference cluster: run, check and format .cca files",
+    long_about = "The CCattler reference cluster.\n\n\
+        Start with `cca dev examples/hello.cca`: one process runs the store, the standard \
+        controllers and three local node agents, applies the file and shows it converge.\n\n\
+        Logs go to stderr; set RUST_LOG (for example RUST_LOG=debug) to see more."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands, one module each.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a whole cluster in this process, apply FILE and show it converge.
+    Dev(dev::DevArgs),
+    /// Validate .cca files offline and print every diagnostic.
+    Check(check::CheckArgs),
+    /// Print a .cca file in canonical format (or rewrite it, or check it).
+    Fmt(fmt::FmtArgs),
+    /// Print shell completions for cca.
+    Completions(completions::CompletionsArgs),
+}
+
+/// Why a command failed (beyond invalid input, which is reported as diagnostics).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// A file could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file or directory could not be written.
+    #[error("cannot write {}", path.display())]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The dev cluster could not start.
+    #[error("cannot start the dev cluster: {0}")]
+    Start(String),
+    /// A part of the dev cluster failed while it ran.
+    #[error("the dev cluster failed: {0}")]
+    Cluster(String),
+}
+
+/// Parses the command line, runs the command and returns the process's exit code. Errors are
+/// printed to stderr with their causes.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match execute(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            report(&err);
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+/// Runs one parsed command line.
+///
+/// # Errors
+///
+/// [`CliError`] when a file cannot be read or written, or the dev cluster fails. Invalid input
+/// is not an error here: its diagnostics are printed and the exit code says so.
+pub fn execute(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Dev(args) => dev::run(&args),
+        Command::Check(args) => Ok(check::run(&args)),
+        Command::Fmt(args) => fmt::run(&args),
+        Command::Completions(args) => Ok(completions::run(&args)),
+    }
+}
+
+/// Prints an error and its chain of causes to stderr.
+pub fn report(err: &dyn std::error::Error) {
+    let mut message = format!("error: {err}");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    eprintln!("{message}");
+}
+
+/// Reads a `.cca` file; the file's name in diagnostics is the path as given.
+///
+/// # Errors
+///
+/// [`CliError::Read`] when the file cannot be read or is not UTF-8.
+pub fn read_source(path: &Path) -> Result<SourceFile, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(SourceFile::new(path.display().to_string(), text))
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .try_init();
+}
