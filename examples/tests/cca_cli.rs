@@ -302,6 +302,8 @@ fn dev_stops_every_workload_on_sigint_and_exits_zero() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("cca dev starts");
+    // Should an assertion fail, the cluster is still stopped (with its workloads).
+    let guard = Interrupt(child.id());
     let stdout = child.stdout.take().expect("piped");
     let mut seen = String::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -322,13 +324,25 @@ fn dev_stops_every_workload_on_sigint_and_exits_zero() {
         3,
         "{running:?}"
     );
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    drop(guard);
     let out = child.wait_with_output().expect("cca dev ends");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("stopped 5 running instances"));
     assert_eq!(processes_under(state.path()), Vec::<String>::new());
+}
+
+/// Sends SIGINT to a `cca dev` process when dropped.
+struct Interrupt(u32);
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        let sent = Command::new("kill")
+            .args(["-INT", &self.0.to_string()])
+            .status();
+        assert!(
+            sent.is_ok_and(|s| s.success()) || std::thread::panicking(),
+            "kill -INT {}",
+            self.0
+        );
+    }
 }
