@@ -134,7 +134,7 @@ impl EtcdStore {
         let unreachable = |what: &str, source: Option<etcd_client::Error>| {
             StoreError::Unavailable {
                 message: format!(
-                    "cannot reach etcd at [{endpoints}]: {what} within {:?}; is etcd running there?",
+                    "cannot reach etcd at [{endpoints}]: {what} (connect timeout {:?}); is etcd running there?",
                     config.connect_timeout
                 ),
                 source: source.map(|e| Box::new(e) as _),
