@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Key, LeaseId, Revision, Value};
+use crate::{Key, LeaseId, Revision, StoreError, Value};
 
 /// How a [`Compare`] relates the stored attribute to the given one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -219,6 +219,62 @@ pub struct StoreLimits {
     pub max_value_bytes: usize,
 }
 
+impl StoreLimits {
+    /// Checks what a transaction can be checked for without reading the store: at most
+    /// `max_txn_ops` compares and operations per branch, no key written twice in one branch, no
+    /// value over `max_value_bytes`. Every backend calls it before writing anything, so they all
+    /// reject the same transactions with the same errors.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::TooManyOps`], [`StoreError::DuplicateKey`] or [`StoreError::ValueTooLarge`].
+    pub fn check_txn(&self, txn: &Txn) -> Result<(), StoreError> {
+        if txn.compares.len() > self.max_txn_ops {
+            return Err(StoreError::TooManyOps {
+                what: "compares",
+                count: txn.compares.len(),
+                limit: self.max_txn_ops,
+            });
+        }
+        for branch in [&txn.then, &txn.otherwise] {
+            if branch.len() > self.max_txn_ops {
+                return Err(StoreError::TooManyOps {
+                    what: "operations in one branch",
+                    count: branch.len(),
+                    limit: self.max_txn_ops,
+                });
+            }
+            let mut keys: Vec<&Key> = branch.iter().map(Op::key).collect();
+            keys.sort_unstable();
+            if let Some(pair) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
+                return Err(StoreError::DuplicateKey(pair[0].clone()));
+            }
+        }
+        for op in txn.then.iter().chain(&txn.otherwise) {
+            if let Op::Put { key, value, .. } = op {
+                self.check_value(key, value.len())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a value's size against `max_value_bytes`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::ValueTooLarge`].
+    pub fn check_value(&self, key: &Key, size: usize) -> Result<(), StoreError> {
+        if size > self.max_value_bytes {
+            return Err(StoreError::ValueTooLarge {
+                key: key.clone(),
+                size,
+                limit: self.max_value_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Default for StoreLimits {
     fn default() -> Self {
         StoreLimits {
@@ -235,4 +291,63 @@ pub struct Lease {
     pub id: LeaseId,
     /// How long the lease lives without a keep-alive.
     pub ttl: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        Key::new(s).unwrap()
+    }
+
+    #[test]
+    fn limits_reject_what_no_backend_may_write() {
+        let limits = StoreLimits {
+            max_txn_ops: 2,
+            max_value_bytes: 4,
+        };
+        let many = Txn::new()
+            .when(Compare::exists(key("a")))
+            .when(Compare::exists(key("b")))
+            .when(Compare::exists(key("c")));
+        assert!(matches!(
+            limits.check_txn(&many),
+            Err(StoreError::TooManyOps {
+                what: "compares",
+                count: 3,
+                limit: 2
+            })
+        ));
+        let long = Txn::new()
+            .otherwise(Op::delete(key("a")))
+            .otherwise(Op::delete(key("b")))
+            .otherwise(Op::delete(key("c")));
+        assert!(matches!(
+            limits.check_txn(&long),
+            Err(StoreError::TooManyOps {
+                what: "operations in one branch",
+                ..
+            })
+        ));
+        let dup = Txn::new()
+            .then(Op::put(key("a"), "1"))
+            .then(Op::delete(key("a")));
+        assert!(
+            matches!(limits.check_txn(&dup), Err(StoreError::DuplicateKey(k)) if k == key("a"))
+        );
+        let big = Txn::new().otherwise(Op::put(key("a"), "12345"));
+        assert!(matches!(
+            limits.check_txn(&big),
+            Err(StoreError::ValueTooLarge {
+                size: 5,
+                limit: 4,
+                ..
+            })
+        ));
+        let same_key_both_branches = Txn::new()
+            .then(Op::put(key("a"), "1"))
+            .otherwise(Op::put(key("a"), "2"));
+        assert!(limits.check_txn(&same_key_both_branches).is_ok());
+    }
 }

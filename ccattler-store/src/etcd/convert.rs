@@ -1,11 +1,7 @@
 //! Mapping between CCattler's types and etcd's: keys under the store prefix, key-values into
 //! facts, compares and operations into an etcd transaction, and the checks made before sending.
 
-use std::collections::HashSet;
-
-use ccattler_core::{
-    CmpOp, Compare, CompareTarget, Fact, Key, LeaseId, Op, Revision, StoreError, StoreLimits, Txn,
-};
+use ccattler_core::{CmpOp, Compare, CompareTarget, Fact, Key, LeaseId, Op, Revision, Txn};
 use etcd_client::{Compare as EtcdCompare, CompareOp, KeyValue, PutOptions, Txn as EtcdTxn, TxnOp};
 
 /// The store's key prefix, and the conversions that depend on it.
@@ -86,54 +82,6 @@ pub(crate) fn raw_revision(revision: Revision) -> i64 {
 /// A lease from etcd's field, where 0 means none.
 pub(crate) fn lease(raw: i64) -> Option<LeaseId> {
     (raw != 0).then_some(LeaseId(raw))
-}
-
-/// Checks a transaction against the limits before anything is sent: operation counts, duplicate
-/// keys in a branch, value sizes. etcd would reject most of these too, but checking first gives
-/// the same typed errors as MemoryStore and spares a round trip.
-pub(crate) fn validate(txn: &Txn, limits: &StoreLimits) -> Result<(), StoreError> {
-    if txn.compares.len() > limits.max_txn_ops {
-        return Err(StoreError::TooManyOps {
-            what: "compares",
-            count: txn.compares.len(),
-            limit: limits.max_txn_ops,
-        });
-    }
-    for branch in [&txn.then, &txn.otherwise] {
-        if branch.len() > limits.max_txn_ops {
-            return Err(StoreError::TooManyOps {
-                what: "operations in one branch",
-                count: branch.len(),
-                limit: limits.max_txn_ops,
-            });
-        }
-    }
-    for branch in [&txn.then, &txn.otherwise] {
-        let mut seen = HashSet::with_capacity(branch.len());
-        for op in branch {
-            if !seen.insert(op.key()) {
-                return Err(StoreError::DuplicateKey(op.key().clone()));
-            }
-        }
-    }
-    for op in txn.then.iter().chain(&txn.otherwise) {
-        if let Op::Put { key, value, .. } = op {
-            check_value(key, value.len(), limits)?;
-        }
-    }
-    Ok(())
-}
-
-/// Rejects a value over the limit.
-pub(crate) fn check_value(key: &Key, size: usize, limits: &StoreLimits) -> Result<(), StoreError> {
-    if size > limits.max_value_bytes {
-        return Err(StoreError::ValueTooLarge {
-            key: key.clone(),
-            size,
-            limit: limits.max_value_bytes,
-        });
-    }
-    Ok(())
 }
 
 /// The largest put of a transaction and the bytes of every key and value it sends, to name the
@@ -233,37 +181,9 @@ mod tests {
     }
 
     #[test]
-    fn validation_matches_memory_store() {
-        let limits = StoreLimits {
-            max_txn_ops: 2,
-            max_value_bytes: 4,
-        };
+    fn request_size_and_first_lease() {
         let k = Key::new("a").unwrap();
-        let dup = Txn::new()
-            .otherwise(Op::put(k.clone(), "1"))
-            .otherwise(Op::delete(k.clone()));
-        assert!(matches!(validate(&dup, &limits), Err(StoreError::DuplicateKey(d)) if d == k));
         let big = Txn::new().then(Op::put(k.clone(), "12345"));
-        assert!(matches!(
-            validate(&big, &limits),
-            Err(StoreError::ValueTooLarge {
-                size: 5,
-                limit: 4,
-                ..
-            })
-        ));
-        let many = Txn::new()
-            .when(Compare::exists(k.clone()))
-            .when(Compare::exists(k.clone()))
-            .when(Compare::exists(k.clone()));
-        assert!(matches!(
-            validate(&many, &limits),
-            Err(StoreError::TooManyOps {
-                what: "compares",
-                count: 3,
-                limit: 2
-            })
-        ));
         assert_eq!(request_size(&big), (Some(&k), 6));
         assert_eq!(first_lease(&big), None);
     }

@@ -92,7 +92,7 @@ impl EtcdStore {
         lease: Option<LeaseId>,
     ) -> Result<Revision, StoreError> {
         let limits = self.shared.limits;
-        convert::check_value(key, value.len(), &limits)?;
+        limits.check_value(key, value.len())?;
         let k = self.prefix.key(key);
         let l = lease.map_or(0, |l| l.0);
         let one_txn = 2 * value.len() + PUT_TXN_OVERHEAD <= self.shared.config.max_request_bytes;
@@ -235,7 +235,7 @@ impl EtcdStore {
 
     pub(super) async fn commit(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         let limits = self.shared.limits;
-        convert::validate(&txn, &limits)?;
+        limits.check_txn(&txn)?;
         let (largest, size) = convert::request_size(&txn);
         let ops = txn.compares.len() + txn.then.len() + txn.otherwise.len();
         let size = size + ops * (self.prefix.0.len() + 16);

@@ -26,7 +26,7 @@ impl MemoryStore {
         value: Value,
         lease: Option<LeaseId>,
     ) -> Result<Revision, StoreError> {
-        txn::check_value_size(key, value.len(), &self.shared.limits)?;
+        self.shared.limits.check_value(key, value.len())?;
         let (mut state, wake) = self.write();
         let mut wake = wake;
         if let Some(id) = lease
@@ -103,7 +103,7 @@ impl MemoryStore {
     }
 
     fn txn_now(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
-        txn::validate(&txn, &self.shared.limits)?;
+        self.shared.limits.check_txn(&txn)?;
         let (mut state, mut wake) = self.write();
         let result = txn::execute(&mut state, txn, &mut wake).map(|succeeded| TxnResponse {
             succeeded,

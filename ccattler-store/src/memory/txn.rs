@@ -3,68 +3,9 @@
 
 use std::task::Waker;
 
-use ccattler_core::{Compare, CompareTarget, Op, StoreError, StoreLimits, Txn};
+use ccattler_core::{Compare, CompareTarget, Op, StoreError, Txn};
 
 use super::state::State;
-
-/// Checks everything that does not depend on the store's contents: counts, duplicate keys and
-/// value sizes, in both branches.
-pub(crate) fn validate(txn: &Txn, limits: &StoreLimits) -> Result<(), StoreError> {
-    if txn.compares.len() > limits.max_txn_ops {
-        return Err(StoreError::TooManyOps {
-            what: "compares",
-            count: txn.compares.len(),
-            limit: limits.max_txn_ops,
-        });
-    }
-    for branch in [&txn.then, &txn.otherwise] {
-        if branch.len() > limits.max_txn_ops {
-            return Err(StoreError::TooManyOps {
-                what: "operations in one branch",
-                count: branch.len(),
-                limit: limits.max_txn_ops,
-            });
-        }
-    }
-    for branch in [&txn.then, &txn.otherwise] {
-        check_duplicates(branch)?;
-    }
-    for op in txn.then.iter().chain(&txn.otherwise) {
-        if let Op::Put { key, value, .. } = op {
-            check_value_size(key, value.len(), limits)?;
-        }
-    }
-    Ok(())
-}
-
-/// Rejects a value larger than the limit.
-pub(crate) fn check_value_size(
-    key: &ccattler_core::Key,
-    size: usize,
-    limits: &StoreLimits,
-) -> Result<(), StoreError> {
-    if size > limits.max_value_bytes {
-        return Err(StoreError::ValueTooLarge {
-            key: key.clone(),
-            size,
-            limit: limits.max_value_bytes,
-        });
-    }
-    Ok(())
-}
-
-/// Rejects a branch that writes one key twice.
-fn check_duplicates(ops: &[Op]) -> Result<(), StoreError> {
-    if ops.len() < 2 {
-        return Ok(());
-    }
-    let mut keys: Vec<&ccattler_core::Key> = ops.iter().map(Op::key).collect();
-    keys.sort_unstable();
-    match keys.windows(2).find(|pair| pair[0] == pair[1]) {
-        Some(pair) => Err(StoreError::DuplicateKey(pair[0].clone())),
-        None => Ok(()),
-    }
-}
 
 /// Whether one compare holds against the current state.
 fn holds(state: &State, compare: &Compare) -> bool {
@@ -126,55 +67,6 @@ mod tests {
 
     fn key(s: &str) -> Key {
         Key::new(s).unwrap()
-    }
-
-    fn limits() -> StoreLimits {
-        StoreLimits {
-            max_txn_ops: 2,
-            max_value_bytes: 4,
-        }
-    }
-
-    #[test]
-    fn validation_order_and_errors() {
-        let many = Txn::new()
-            .when(Compare::exists(key("a")))
-            .when(Compare::exists(key("b")))
-            .when(Compare::exists(key("c")));
-        assert!(matches!(
-            validate(&many, &limits()),
-            Err(StoreError::TooManyOps {
-                what: "compares",
-                count: 3,
-                limit: 2
-            })
-        ));
-        let long = Txn::new()
-            .otherwise(Op::delete(key("a")))
-            .otherwise(Op::delete(key("b")))
-            .otherwise(Op::delete(key("c")));
-        assert!(matches!(
-            validate(&long, &limits()),
-            Err(StoreError::TooManyOps {
-                what: "operations in one branch",
-                ..
-            })
-        ));
-        let dup = Txn::new()
-            .then(Op::put(key("a"), "1"))
-            .then(Op::delete(key("a")));
-        assert!(
-            matches!(validate(&dup, &limits()), Err(StoreError::DuplicateKey(k)) if k == key("a"))
-        );
-        let big = Txn::new().otherwise(Op::put(key("a"), "12345"));
-        assert!(matches!(
-            validate(&big, &limits()),
-            Err(StoreError::ValueTooLarge { size: 5, .. })
-        ));
-        let same_key_both_branches = Txn::new()
-            .then(Op::put(key("a"), "1"))
-            .otherwise(Op::put(key("a"), "2"));
-        assert!(validate(&same_key_both_branches, &limits()).is_ok());
     }
 
     #[test]
