@@ -6,11 +6,12 @@
 //! | `cca check FILE...` | [`check`] | validates files offline and prints every diagnostic |
 //! | `cca fmt FILE` | [`fmt`] | prints (or writes, or checks) the canonical format |
 //! | `cca completions SHELL` | [`completions`] | shell completions |
+//! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store |
+//! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], [`sse`]) |
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
-//! status from the store's facts. The API server, `cca server`, `cca agent` and the API clients
-//! (`apply`, `get`, `watch`, `status`, `nodes`, `token`) come later, each as one more
-//! [`Command`] variant and module.
+//! status from the store's facts. `cca agent` (a node agent talking to the server over HTTP)
+//! comes later.
 //!
 //! # Exit codes
 //!
@@ -20,13 +21,18 @@
 //! | 1 | invalid input (diagnostics printed), an unformatted file under `fmt --check`, or a failure |
 //! | 2 | `cca dev --until-converged` timed out (the status is printed), or bad command-line usage |
 
+pub mod api;
 pub mod check;
+pub mod client;
 pub mod cluster;
 pub mod completions;
 pub mod dev;
 pub mod display;
 pub mod fmt;
 pub mod progress;
+pub mod remote;
+pub mod server;
+pub mod sse;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -68,6 +74,22 @@ pub enum Command {
     Fmt(fmt::FmtArgs),
     /// Print shell completions for cca.
     Completions(completions::CompletionsArgs),
+    /// Serve the HTTP API and run the standard controllers.
+    Server(server::ServerArgs),
+    /// Apply a .cca file through the API (all of it or nothing).
+    Apply(remote::ApplyArgs),
+    /// Print the facts under a key prefix (never secrets).
+    Get(remote::GetArgs),
+    /// Print the facts under a prefix whose JSON values match every --where predicate.
+    Query(remote::QueryArgs),
+    /// Follow the changes under a key prefix.
+    Watch(remote::WatchArgs),
+    /// Per service: desired, present, running and ready instances, and why any are unplaced.
+    Status(remote::StatusArgs),
+    /// The nodes: alive or not, and their capacity.
+    Nodes(remote::StatusArgs),
+    /// Enrollment tokens for new nodes.
+    Token(remote::TokenArgs),
 }
 
 /// Why a command failed (beyond invalid input, which is reported as diagnostics).
@@ -95,9 +117,12 @@ pub enum CliError {
     /// The dev cluster could not start.
     #[error("cannot start the dev cluster: {0}")]
     Start(String),
-    /// A part of the dev cluster failed while it ran.
+    /// A part of the dev cluster (or of the server) failed while it ran.
     #[error("the dev cluster failed: {0}")]
     Cluster(String),
+    /// The API server could not be reached or refused a request.
+    #[error("{0}")]
+    Api(String),
 }
 
 /// Parses the command line, runs the command and returns the process's exit code. Errors are
@@ -126,6 +151,14 @@ pub fn execute(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Check(args) => Ok(check::run(&args)),
         Command::Fmt(args) => fmt::run(&args),
         Command::Completions(args) => Ok(completions::run(&args)),
+        Command::Server(args) => server::run(&args),
+        Command::Apply(args) => remote::apply(&args),
+        Command::Get(args) => remote::get(&args),
+        Command::Query(args) => remote::query(&args),
+        Command::Watch(args) => remote::watch(&args),
+        Command::Status(args) => remote::status(&args),
+        Command::Nodes(args) => remote::nodes(&args),
+        Command::Token(args) => remote::token(&args),
     }
 }
 

@@ -1,0 +1,325 @@
+//! Bearer tokens, who may write what, and node enrollment.
+//!
+//! # Model
+//!
+//! Tokens are random (`cca_` and 64 hex digits) and never stored: the store holds only their
+//! SHA-256, under `auth/token/{hex digest}`, with a [`TokenRecord`] saying what the token is:
+//!
+//! | role | may |
+//! |---|---|
+//! | `admin` | everything: read, apply, write any key outside `auth/`, create enrollment tokens |
+//! | `node` (of node N) | read; write only `lease/node/N`, `observed/node/N` and `observed/instance/N/...` |
+//! | `enroll` | nothing but being exchanged once, before it expires, for a `node` token at `POST /api/enroll` |
+//!
+//! Nothing under `auth/` or `secret/` is ever returned by reads or watches of the API, and no
+//! request writes under `auth/` except through these handlers.
+//!
+//! # Guarantees
+//!
+//! - A request without a valid, unexpired token gets 401 and writes nothing.
+//! - An enrollment token is consumed by a transaction guarded by its own mod revision: of two
+//!   concurrent enrollments with the same token, exactly one succeeds.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use ccattler_core::{Compare, FactStore, Key, Op, Txn};
+use rand::{RngCore, SeedableRng};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::ApiState;
+use super::error::ApiError;
+
+/// Where token records live. Never readable through the API.
+pub const AUTH_PREFIX: &str = "auth/";
+/// The prefix of token records: `auth/token/{sha256 hex}`.
+pub const TOKENS: &str = "auth/token/";
+
+/// What a token is allowed to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// One node's agent.
+    Node {
+        /// The node's name.
+        node: String,
+    },
+    /// A one-time enrollment token.
+    Enroll,
+}
+
+/// The stored record of one token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// What the token may do.
+    #[serde(flatten)]
+    pub role: Role,
+    /// Unix seconds after which the token is refused; `None` never expires.
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+}
+
+/// Who sent an authenticated request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// An admin token.
+    Admin,
+    /// A node's credential.
+    Node(String),
+}
+
+impl Principal {
+    /// Whether this principal may write (put or delete) `key`.
+    pub fn may_write(&self, key: &str) -> bool {
+        if key.starts_with(AUTH_PREFIX) {
+            return false;
+        }
+        match self {
+            Principal::Admin => true,
+            Principal::Node(node) => {
+                key == format!("lease/node/{node}")
+                    || key == format!("observed/node/{node}")
+                    || key
+                        .strip_prefix(&format!("observed/instance/{node}/"))
+                        .is_some_and(|rest| !rest.is_empty())
+            }
+        }
+    }
+
+    /// Refuses (403) anything but an admin.
+    ///
+    /// # Errors
+    ///
+    /// [`ApiError`] 403 for a node credential.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        match self {
+            Principal::Admin => Ok(()),
+            Principal::Node(node) => Err(ApiError::forbidden(format!(
+                "the credential of node {node} may not do this; use an admin token"
+            ))),
+        }
+    }
+}
+
+/// A new random token.
+pub fn generate_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::StdRng::from_os_rng().fill_bytes(&mut bytes);
+    format!("cca_{}", hex(&bytes))
+}
+
+/// The key of a token's record.
+pub fn token_key(token: &str) -> Key {
+    let digest = hex(&Sha256::digest(token.as_bytes()));
+    // 64 hex digits always make a valid key segment.
+    Key::join(TOKENS, [digest.as_str()]).unwrap_or_else(|_| unreachable!("hex is a valid key"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Unix seconds now.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Stores `token` with `role`, expiring after `ttl` (never when `None`).
+///
+/// # Errors
+///
+/// The store's error.
+pub async fn store_token<S: FactStore>(
+    store: &S,
+    token: &str,
+    role: Role,
+    ttl: Option<Duration>,
+) -> Result<TokenRecord, ccattler_core::StoreError> {
+    let record = TokenRecord {
+        role,
+        expires_at: ttl.map(|ttl| now_secs().saturating_add(ttl.as_secs().max(1))),
+    };
+    let value = serde_json::to_vec(&record).unwrap_or_default();
+    store.put(&token_key(token), value.into()).await?;
+    Ok(record)
+}
+
+/// Looks a token up; `None` when unknown, undecodable or expired.
+async fn lookup<S: FactStore>(
+    store: &S,
+    token: &str,
+) -> Result<Option<(TokenRecord, ccattler_core::Fact)>, ApiError> {
+    let Some(fact) = store.get(&token_key(token)).await? else {
+        return Ok(None);
+    };
+    let Ok(record) = serde_json::from_slice::<TokenRecord>(&fact.value) else {
+        return Ok(None);
+    };
+    if record.expires_at.is_some_and(|at| now_secs() >= at) {
+        return Ok(None);
+    }
+    Ok(Some((record, fact)))
+}
+
+/// Middleware: resolves the bearer token into a [`Principal`] request extension, or answers 401.
+pub async fn authenticate<S: FactStore + Clone>(
+    State(api): State<ApiState<S>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|h| h.to_str().ok());
+    let Some(token) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+        return ApiError::unauthorized("missing `Authorization: Bearer <token>` header")
+            .into_response();
+    };
+    let principal = match lookup(&api.store, token.trim()).await {
+        Ok(Some((record, _))) => match record.role {
+            Role::Admin => Principal::Admin,
+            Role::Node { node } => Principal::Node(node),
+            Role::Enroll => {
+                return ApiError::unauthorized(
+                    "an enrollment token only works at POST /api/enroll",
+                )
+                .into_response();
+            }
+        },
+        Ok(None) => return ApiError::unauthorized("unknown or expired token").into_response(),
+        Err(err) => return err.into_response(),
+    };
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+/// The body of `POST /api/enroll`.
+#[derive(Debug, Deserialize)]
+pub struct EnrollRequest {
+    /// The one-time enrollment token.
+    pub token: String,
+    /// The node's name (one key segment).
+    pub node: String,
+}
+
+/// `POST /api/enroll`: exchanges a one-time enrollment token for a node credential.
+pub async fn enroll<S: FactStore + Clone>(
+    State(api): State<ApiState<S>>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    let request: EnrollRequest = super::parse_json(&body?)?;
+    if request.node.is_empty()
+        || request.node.contains('/')
+        || Key::join("observed/node/", [request.node.as_str()]).is_err()
+    {
+        return Err(ApiError::bad_request(
+            "`node` must be one non-empty key segment",
+        ));
+    }
+    let refused = || ApiError::unauthorized("unknown, expired or already used enrollment token");
+    let Some((record, fact)) = lookup(&api.store, &request.token).await? else {
+        return Err(refused());
+    };
+    if record.role != Role::Enroll {
+        return Err(refused());
+    }
+    let credential = generate_token();
+    let node_record = TokenRecord {
+        role: Role::Node {
+            node: request.node.clone(),
+        },
+        expires_at: None,
+    };
+    let value = serde_json::to_vec(&node_record).unwrap_or_default();
+    let txn = Txn::new()
+        .when(Compare::mod_revision(fact.key.clone(), fact.mod_revision))
+        .then(Op::delete(fact.key.clone()))
+        .then(Op::put(token_key(&credential), value));
+    if !api.store.txn(txn).await?.succeeded {
+        return Err(refused());
+    }
+    Ok(
+        axum::Json(serde_json::json!({ "node": request.node, "token": credential }))
+            .into_response(),
+    )
+}
+
+/// The body of `POST /api/tokens`.
+#[derive(Debug, Default, Deserialize)]
+pub struct TokenRequest {
+    /// How long the enrollment token lives (`10m`); 10 minutes by default.
+    #[serde(default)]
+    pub ttl: Option<String>,
+}
+
+/// `POST /api/tokens` (admin): creates a one-time enrollment token.
+pub async fn create_enrollment<S: FactStore + Clone>(
+    State(api): State<ApiState<S>>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    principal.require_admin()?;
+    let body = body?;
+    let request: TokenRequest = if body.is_empty() {
+        TokenRequest::default()
+    } else {
+        super::parse_json(&body)?
+    };
+    let ttl = match &request.ttl {
+        Some(text) => ccattler_core::schema::parse_duration(text)
+            .map_err(|err| ApiError::bad_request(format!("`ttl`: {err}")))?,
+        None => Duration::from_secs(600),
+    };
+    let token = generate_token();
+    let record = store_token(&api.store, &token, Role::Enroll, Some(ttl)).await?;
+    Ok(axum::Json(serde_json::json!({
+        "token": token,
+        "role": "enroll",
+        "expires_at": record.expires_at,
+    }))
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_credentials_write_only_their_own_prefixes() {
+        let n1 = Principal::Node("n1".to_owned());
+        for ok in [
+            "lease/node/n1",
+            "observed/node/n1",
+            "observed/instance/n1/i-1",
+        ] {
+            assert!(n1.may_write(ok), "{ok}");
+        }
+        for refused in [
+            "lease/node/n2",
+            "observed/node/n10",
+            "observed/instance/n2/i-1",
+            "observed/instance/n1/",
+            "desired/service/web",
+            "auth/token/x",
+        ] {
+            assert!(!n1.may_write(refused), "{refused}");
+        }
+        assert!(Principal::Admin.may_write("desired/service/web"));
+        assert!(!Principal::Admin.may_write("auth/token/x"));
+    }
+
+    #[test]
+    fn tokens_are_random_and_hashed() {
+        let (a, b) = (generate_token(), generate_token());
+        assert_ne!(a, b);
+        assert!(!token_key(&a).as_str().contains(&a));
+    }
+}

@@ -1,0 +1,203 @@
+//! `APPLY /config` (`POST /config`), `GET /api/status` and `GET /api/nodes`.
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ccattler_controllers::apply::{ApplyError, ApplyOptions, apply_file};
+use ccattler_controllers::lang::{Diagnostics, Severity, SourceFile};
+use ccattler_core::FactStore;
+use ccattler_core::schema::{self, ServiceStatus};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use super::auth::Principal;
+use super::error::{ApiError, method_not_allowed};
+use super::state::fact_json;
+use super::{ApiState, hidden};
+use crate::cca::progress::ClusterStatus;
+
+/// The query string of `/config`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ApplyParams {
+    /// Compute the plan, write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Also remove desired objects the document no longer declares.
+    #[serde(default)]
+    pub prune: bool,
+    /// The document's name in diagnostics (`request.cca` by default).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `POST /config`.
+pub async fn post_config<S: FactStore + Clone>(
+    State(api): State<ApiState<S>>,
+    Extension(principal): Extension<Principal>,
+    params: Result<Query<ApplyParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    apply(&api.store, &principal, params, body).await
+}
+
+/// Other methods on `/config`: `APPLY` is served, the rest get 405.
+pub async fn custom_method<S: FactStore + Clone>(
+    method: Method,
+    State(api): State<ApiState<S>>,
+    Extension(principal): Extension<Principal>,
+    params: Result<Query<ApplyParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    if method.as_str() != "APPLY" {
+        return Err(method_not_allowed(&method, "APPLY or POST"));
+    }
+    apply(&api.store, &principal, params, body).await
+}
+
+async fn apply<S: FactStore>(
+    store: &S,
+    principal: &Principal,
+    params: Result<Query<ApplyParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    principal.require_admin()?;
+    let Query(params) = params?;
+    let body = body?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::bad_request("the document is not UTF-8 text"))?;
+    let name = params.name.unwrap_or_else(|| "request.cca".to_owned());
+    let file = SourceFile::new(name, text);
+    let options = ApplyOptions::default()
+        .dry_run(params.dry_run)
+        .prune(params.prune);
+    match apply_file(store, &file, options).await {
+        Ok(report) => {
+            let keys = |keys: &[ccattler_core::Key]| {
+                keys.iter()
+                    .map(|k| k.as_str().to_owned())
+                    .collect::<Vec<_>>()
+            };
+            Ok(axum::Json(json!({
+                "dry_run": params.dry_run,
+                "prune": params.prune,
+                "revision": report.revision.map(|r| r.get()),
+                "added": keys(&report.plan.added),
+                "changed": keys(&report.plan.changed),
+                "removed": keys(&report.plan.removed),
+                "unchanged": report.plan.unchanged,
+                "plan": report.plan.to_string(),
+            }))
+            .into_response())
+        }
+        Err(ApplyError::Invalid(diagnostics)) => Err(ApiError::bad_request(
+            "the document has errors; nothing was applied",
+        )
+        .with(json!({
+            "diagnostics": diagnostics_json(&diagnostics),
+            "rendered": diagnostics.to_string(),
+        }))),
+        Err(ApplyError::Store(err)) => Err(err.into()),
+        Err(err @ ApplyError::Conflict(_)) => {
+            Err(ApiError::new(StatusCode::CONFLICT, err.to_string()))
+        }
+        Err(err) => Err(ApiError::bad_request(err.to_string())),
+    }
+}
+
+/// Every diagnostic as JSON: severity, code, message, line and column, label, help.
+pub fn diagnostics_json(diagnostics: &Diagnostics) -> Vec<Json> {
+    diagnostics
+        .iter()
+        .map(|d| {
+            let (line, column) = diagnostics.source().line_col(d.span.start);
+            json!({
+                "severity": match d.severity {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                },
+                "code": d.code,
+                "message": d.message,
+                "line": line,
+                "column": column,
+                "label": d.label,
+                "help": d.help,
+            })
+        })
+        .collect()
+}
+
+/// `GET /api/status`: one row per service and the number of live nodes.
+pub async fn status<S: FactStore + Clone>(
+    State(api): State<ApiState<S>>,
+) -> Result<Response, ApiError> {
+    let status = ClusterStatus::read(&api.store).await?;
+    let mut present = BTreeMap::new();
+    for fact in api.store.scan(schema::SERVICE_STATUS).await?.facts {
+        if let (Some(name), Ok(s)) = (
+            fact.key.strip_prefix(schema::SERVICE_STATUS),
+            schema::decode::<ServiceStatus>(&fact),
+        ) {
+            present.insert(name.to_owned(), s.present);
+        }
+    }
+    let services: Vec<Json> = status
+        .services
+        .iter()
+        .map(|row| {
+            json!({
+                "name": row.name,
+                "desired": row.desired,
+                "placed": row.placed,
+                "present": present.get(&row.name).copied().unwrap_or(0),
+                "running": row.running,
+                "ready": row.ready,
+                "unplaced": row.unplaced,
+                "reasons": row.reasons,
+                "converged": row.converged,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({
+        "nodes": status.nodes,
+        "converged": status.is_converged(),
+        "services": services,
+    }))
+    .into_response())
+}
+
+/// `GET /api/nodes`: every node that reported a status or holds a lease.
+pub async fn nodes<S: FactStore + Clone>(
+    State(api): State<ApiState<S>>,
+) -> Result<Response, ApiError> {
+    let mut nodes: BTreeMap<String, (bool, Json)> = BTreeMap::new();
+    for fact in api.store.scan(schema::NODE_LEASES).await?.facts {
+        if let Some(name) = fact.key.strip_prefix(schema::NODE_LEASES) {
+            nodes
+                .entry(name.to_owned())
+                .or_insert((false, Json::Null))
+                .0 = true;
+        }
+    }
+    for fact in api.store.scan(schema::NODES).await?.facts {
+        if hidden(fact.key.as_str()) {
+            continue;
+        }
+        if let Some(name) = fact.key.strip_prefix(schema::NODES) {
+            let value = fact_json(&fact).get("value").cloned().unwrap_or(Json::Null);
+            nodes
+                .entry(name.to_owned())
+                .or_insert((false, Json::Null))
+                .1 = value;
+        }
+    }
+    let nodes: Vec<Json> = nodes
+        .into_iter()
+        .map(|(name, (alive, status))| json!({ "name": name, "alive": alive, "status": status }))
+        .collect();
+    Ok(axum::Json(json!({ "nodes": nodes })).into_response())
+}

@@ -1,0 +1,112 @@
+//! [`ApiError`]: every failure of the API as a status code and a JSON body.
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use ccattler_core::StoreError;
+use serde_json::{Value as Json_, json};
+
+/// An error answer: `{"error": "<message>", ...extra fields}` with a 4xx or 5xx status.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The message, in words.
+    pub message: String,
+    /// More fields of the body (for example `diagnostics`); an object or `null`.
+    pub extra: Json_,
+}
+
+impl ApiError {
+    /// An error with `status` and `message`, no extra fields.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            extra: Json_::Null,
+        }
+    }
+
+    /// 400 Bad Request.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 401 Unauthorized.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, message)
+    }
+
+    /// 403 Forbidden.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, message)
+    }
+
+    /// 404 Not Found.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    /// Adds extra fields to the body.
+    #[must_use]
+    pub fn with(mut self, extra: Json_) -> Self {
+        self.extra = extra;
+        self
+    }
+}
+
+impl From<StoreError> for ApiError {
+    /// Bad keys and values are the client's fault (400); a compacted revision is 410; the rest
+    /// is the store's (503 when retrying may help, 500 otherwise).
+    fn from(err: StoreError) -> Self {
+        let status = match &err {
+            StoreError::InvalidKey(_)
+            | StoreError::TooManyOps { .. }
+            | StoreError::DuplicateKey(_)
+            | StoreError::ValueTooLarge { .. }
+            | StoreError::InvalidTtl(_)
+            | StoreError::FutureRevision { .. } => StatusCode::BAD_REQUEST,
+            StoreError::Compacted { .. } => StatusCode::GONE,
+            err if err.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, err.to_string())
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    /// Keeps the rejection's status (413 for a body over the limit) with a JSON body.
+    fn from(rejection: BytesRejection) -> Self {
+        ApiError::new(rejection.status(), rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::new(rejection.status(), rejection.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message });
+        if let (Some(body), Json_::Object(extra)) = (body.as_object_mut(), self.extra) {
+            body.extend(extra);
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The answer to a request no route serves: 404 with a JSON body.
+pub async fn no_route() -> ApiError {
+    ApiError::not_found("no such route; see the API reference in `cca server --help`")
+}
+
+/// The answer to a method a route does not serve: 405 with a JSON body.
+pub fn method_not_allowed(method: &axum::http::Method, allowed: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not allowed here; use {allowed}"),
+    )
+}

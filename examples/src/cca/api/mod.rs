@@ -1,0 +1,193 @@
+//! The HTTP API of `cca server`: facts, apply, watch and enrollment over one store.
+//!
+//! # Routes
+//!
+//! Every route but `POST /api/enroll` needs `Authorization: Bearer <token>` (see [`auth`]).
+//! Every error is a 4xx/5xx with a JSON body `{"error": "...", ...}`.
+//!
+//! | route | who | what |
+//! |---|---|---|
+//! | `GET /state?prefix=P` | any | `{revision, facts: [{key, value, create_revision, mod_revision, version}]}`; `value` is the parsed JSON when the stored value is JSON, else a string. Never anything under `secret/` or `auth/` |
+//! | `QUERY /state`, `POST /state/query` | any | the same, filtered by a JSON [`query`](state::Query): `{"prefix": "observed/instance/", "where": [{"field": "state", "op": "==", "value": "running"}]}` |
+//! | `PUT /state/{key}`, `DELETE /state/{key}` | admin; a node for its own keys | writes the raw body as the value / deletes; `{key, revision}` |
+//! | `APPLY /config`, `POST /config?dry_run=true&prune=true` | admin | applies the `.cca` document in the body in one transaction; 400 with every diagnostic (`diagnostics`, and `rendered` as `cca check` prints them) and nothing applied on error |
+//! | `WATCH /changes`, `GET /changes?prefix=P` | any | server-sent events: `ready` first (`{revision}`), then `put`/`delete` with `id` = revision; resume with `Last-Event-ID: R` (from R + 1); an `error` event with `relist: true` when R was compacted |
+//! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons |
+//! | `GET /api/nodes` | any | every node: status and whether its lease is held |
+//! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
+//! | `POST /api/enroll` | no token | `{"token": ENROLLMENT, "node": N}` → a credential for node N |
+//!
+//! # Limits
+//!
+//! Bodies over [`ApiConfig::max_body`] (1 MiB by default) get 413; malformed JSON or text gets
+//! 400. Handlers never unwrap request data.
+
+pub mod auth;
+pub mod changes;
+pub mod config;
+pub mod error;
+pub mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use ccattler_core::FactStore;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use error::ApiError;
+
+/// The default port of `cca server`.
+pub const DEFAULT_PORT: u16 = 7420;
+
+/// Settings of the API.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiConfig {
+    /// The largest request body accepted; larger ones get 413.
+    pub max_body: usize,
+}
+
+impl Default for ApiConfig {
+    /// 1 MiB bodies.
+    fn default() -> Self {
+        ApiConfig { max_body: 1 << 20 }
+    }
+}
+
+/// What every handler shares: the store.
+#[derive(Clone, Debug)]
+pub struct ApiState<S> {
+    /// The cluster's store.
+    pub store: S,
+}
+
+/// The API's routes over `store`; see the [module docs](self).
+pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
+    let api = ApiState { store };
+    let authenticated = Router::new()
+        .route(
+            "/state",
+            get(state::get_state::<S>).fallback(state::custom_method::<S>),
+        )
+        .route("/state/query", post(state::post_query::<S>))
+        .route(
+            "/state/{*key}",
+            put(state::put_key::<S>).delete(state::delete_key::<S>),
+        )
+        .route(
+            "/config",
+            post(config::post_config::<S>).fallback(config::custom_method::<S>),
+        )
+        .route(
+            "/changes",
+            get(changes::get_changes::<S>).fallback(changes::custom_method::<S>),
+        )
+        .route("/api/status", get(config::status::<S>))
+        .route("/api/nodes", get(config::nodes::<S>))
+        .route("/api/tokens", post(auth::create_enrollment::<S>))
+        .route_layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            auth::authenticate::<S>,
+        ));
+    Router::new()
+        .route("/api/enroll", post(auth::enroll::<S>))
+        .merge(authenticated)
+        .fallback(error::no_route)
+        .layer(DefaultBodyLimit::max(config.max_body))
+        .with_state(api)
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+///
+/// # Errors
+///
+/// The listener's I/O error.
+pub async fn serve<S: FactStore + Clone>(
+    store: S,
+    config: ApiConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(store, config))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// A server running in the background (for tests and `cca dev`).
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl ServerHandle {
+    /// Binds `addr` (port 0 picks a free one) and serves the API over `store` in a task.
+    ///
+    /// # Errors
+    ///
+    /// The bind error.
+    pub async fn start<S: FactStore + Clone>(
+        store: S,
+        config: ApiConfig,
+        addr: SocketAddr,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(store, config, listener, async {
+            let _ = stopped.await;
+        }));
+        Ok(ServerHandle {
+            addr,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The address served.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL, `http://{addr}`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, gives open requests a second to finish, then drops the rest (open
+    /// watches never finish by themselves).
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), &mut self.task).await;
+        self.task.abort();
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Parses a JSON body; 400 with the parser's message when it is malformed.
+///
+/// # Errors
+///
+/// [`ApiError`] 400.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|err| ApiError::bad_request(format!("malformed JSON body: {err}")))
+}
+
+/// Whether the API never shows `key`: secrets and token records.
+pub fn hidden(key: &str) -> bool {
+    key.starts_with(ccattler_core::schema::SECRETS) || key.starts_with(auth::AUTH_PREFIX)
+}

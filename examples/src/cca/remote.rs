@@ -1,0 +1,382 @@
+//! The client commands: `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create`.
+//!
+//! Each sends one request to `cca server` (see [`super::api`] for the routes) and prints the
+//! answer for a person, or as JSON with `--json` where offered. An error answer is printed with
+//! the server's message (and, for `apply`, every diagnostic) and exits 1.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use axum::body::Bytes;
+use hyper::Method;
+use serde_json::{Value as Json, json};
+
+use super::client::{ApiClient, ClientArgs, encode, value_text};
+use super::{CliError, EXIT_FAILURE};
+
+/// Arguments of `cca apply`.
+#[derive(Debug, clap::Args)]
+pub struct ApplyArgs {
+    /// The .cca file to apply.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Show what would change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also remove services, volumes and policies the file no longer declares.
+    #[arg(long)]
+    pub prune: bool,
+    /// The server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `cca get`.
+#[derive(Debug, clap::Args)]
+pub struct GetArgs {
+    /// Key prefix (`desired/service/`); everything when omitted.
+    #[arg(value_name = "PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Print the server's JSON answer.
+    #[arg(long)]
+    pub json: bool,
+    /// The server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `cca query`.
+#[derive(Debug, clap::Args)]
+pub struct QueryArgs {
+    /// Key prefix (`observed/instance/`).
+    #[arg(value_name = "PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Predicates on value fields, all of which must hold: `state==running`,
+    /// `resources.cpu>=500`, `zone!=a` (the right side is JSON when it parses, else a string).
+    #[arg(long = "where", short = 'w', value_name = "FIELD OP VALUE", value_parser = parse_predicate)]
+    pub predicates: Vec<Json>,
+    /// Print the server's JSON answer.
+    #[arg(long)]
+    pub json: bool,
+    /// The server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `cca watch`.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Key prefix; everything when omitted.
+    #[arg(value_name = "PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Resume after this revision instead of starting now.
+    #[arg(long, value_name = "REVISION")]
+    pub after: Option<u64>,
+    /// Print each event's JSON, one per line.
+    #[arg(long)]
+    pub json: bool,
+    /// The server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `cca status` and `cca nodes`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print the server's JSON answer (for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// The server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `cca token`.
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: TokenCommand,
+}
+
+/// `cca token` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create a one-time enrollment token for a new node (needs an admin token).
+    Create {
+        /// How long the token can be used (`10m`, `1h`).
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+        /// The server.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+fn block_on<F: Future<Output = Result<ExitCode, CliError>>>(
+    future: F,
+) -> Result<ExitCode, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?
+        .block_on(future)
+}
+
+fn print_json(value: &Json) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+/// Runs `cca apply`.
+///
+/// # Errors
+///
+/// [`CliError`] when the file cannot be read or the server cannot be reached.
+pub fn apply(args: &ApplyArgs) -> Result<ExitCode, CliError> {
+    let text = std::fs::read(&args.file).map_err(|source| CliError::Read {
+        path: args.file.clone(),
+        source,
+    })?;
+    let client = ApiClient::new(&args.client);
+    let path = format!(
+        "/config?dry_run={}&prune={}&name={}",
+        args.dry_run,
+        args.prune,
+        encode(&args.file.display().to_string())
+    );
+    block_on(async move {
+        match client.json(Method::POST, &path, text).await? {
+            Ok(answer) => {
+                println!("{}", answer["plan"].as_str().unwrap_or_default());
+                match answer["revision"].as_u64() {
+                    Some(revision) => println!("applied at revision {revision}"),
+                    None if args.dry_run => println!("dry run: nothing was written"),
+                    None => println!("nothing to change"),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(failure) => {
+                match failure.body.get("rendered").and_then(Json::as_str) {
+                    Some(rendered) => eprint!("{rendered}"),
+                    None => eprintln!("error: {}", failure.message()),
+                }
+                eprintln!("{}: nothing was applied", args.file.display());
+                Ok(ExitCode::from(EXIT_FAILURE))
+            }
+        }
+    })
+}
+
+fn print_facts(answer: &Json, json: bool) {
+    if json {
+        print_json(answer);
+        return;
+    }
+    for fact in answer["facts"].as_array().into_iter().flatten() {
+        println!(
+            "{} {}",
+            fact["key"].as_str().unwrap_or_default(),
+            value_text(&fact["value"])
+        );
+    }
+}
+
+/// Runs `cca get`.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or refuses.
+pub fn get(args: &GetArgs) -> Result<ExitCode, CliError> {
+    let client = ApiClient::new(&args.client);
+    block_on(async move {
+        let path = format!("/state?prefix={}", encode(&args.prefix));
+        let answer = client.ok(Method::GET, &path, Bytes::new()).await?;
+        print_facts(&answer, args.json);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Parses `field OP value` into a predicate of the query body.
+fn parse_predicate(text: &str) -> Result<Json, String> {
+    for op in ["==", "!=", "<=", ">=", "<", ">"] {
+        if let Some((field, value)) = text.split_once(op) {
+            let value = value.trim();
+            let value = serde_json::from_str::<Json>(value)
+                .unwrap_or_else(|_| Json::String(value.to_owned()));
+            return Ok(json!({ "field": field.trim(), "op": op, "value": value }));
+        }
+    }
+    Err(format!(
+        "expected FIELD OP VALUE with OP one of ==, !=, <, <=, >, >=; got {text:?}"
+    ))
+}
+
+/// Runs `cca query`.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or refuses.
+pub fn query(args: &QueryArgs) -> Result<ExitCode, CliError> {
+    let client = ApiClient::new(&args.client);
+    let body = json!({ "prefix": args.prefix, "where": args.predicates }).to_string();
+    block_on(async move {
+        let answer = client.ok(Method::POST, "/state/query", body).await?;
+        print_facts(&answer, args.json);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Runs `cca watch` until the server ends the stream or Ctrl-C.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or refuses.
+pub fn watch(args: &WatchArgs) -> Result<ExitCode, CliError> {
+    let client = ApiClient::new(&args.client);
+    block_on(async move {
+        let mut path = format!("/changes?prefix={}", encode(&args.prefix));
+        if let Some(after) = args.after {
+            path.push_str(&format!("&after={after}"));
+        }
+        let response = client
+            .send(
+                Method::GET,
+                &path,
+                Bytes::new(),
+                &[("accept", "text/event-stream")],
+            )
+            .await?;
+        if !response.status().is_success() {
+            return Err(CliError::Api(format!("{}", response.status())));
+        }
+        let mut events = super::sse::EventReader::new(response.into_body());
+        while let Some(event) = events.next().await? {
+            let data: Json = serde_json::from_str(&event.data).unwrap_or(Json::Null);
+            match event.event.as_str() {
+                "error" => {
+                    eprintln!("error: {}", value_text(&data["error"]));
+                    return Ok(ExitCode::from(EXIT_FAILURE));
+                }
+                _ if args.json => println!("{}", event.data),
+                "ready" => eprintln!("watching from revision {}", data["revision"]),
+                kind => println!(
+                    "{} {} {} {}",
+                    event.id,
+                    kind.to_uppercase(),
+                    value_text(&data["key"]),
+                    data.get("value").map(value_text).unwrap_or_default()
+                ),
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Runs `cca status`.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or refuses.
+pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
+    let client = ApiClient::new(&args.client);
+    block_on(async move {
+        let answer = client.ok(Method::GET, "/api/status", Bytes::new()).await?;
+        if args.json {
+            print_json(&answer);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<24} {:>7} {:>7} {:>7} {:>7}",
+            "SERVICE", "DESIRED", "PRESENT", "RUNNING", "READY"
+        );
+        let services = answer["services"].as_array().cloned().unwrap_or_default();
+        for s in &services {
+            println!(
+                "{:<24} {:>7} {:>7} {:>7} {:>7}",
+                value_text(&s["name"]),
+                s["desired"].as_u64().unwrap_or(0),
+                s["present"].as_u64().unwrap_or(0),
+                s["running"].as_u64().unwrap_or(0),
+                s["ready"].as_u64().unwrap_or(0)
+            );
+        }
+        for s in &services {
+            for reason in s["reasons"].as_array().into_iter().flatten() {
+                println!(
+                    "{}: {} unplaced: {}",
+                    value_text(&s["name"]),
+                    s["unplaced"],
+                    value_text(reason)
+                );
+            }
+        }
+        println!(
+            "{} node{} alive; {}",
+            answer["nodes"],
+            if answer["nodes"] == 1 { "" } else { "s" },
+            if answer["converged"] == true {
+                "converged"
+            } else {
+                "not converged"
+            }
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Runs `cca nodes`.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or refuses.
+pub fn nodes(args: &StatusArgs) -> Result<ExitCode, CliError> {
+    let client = ApiClient::new(&args.client);
+    block_on(async move {
+        let answer = client.ok(Method::GET, "/api/nodes", Bytes::new()).await?;
+        if args.json {
+            print_json(&answer);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<16} {:<6} {:>8} {:>10}",
+            "NODE", "ALIVE", "CPU", "MEMORY"
+        );
+        for node in answer["nodes"].as_array().into_iter().flatten() {
+            println!(
+                "{:<16} {:<6} {:>8} {:>10}",
+                value_text(&node["name"]),
+                if node["alive"] == true { "yes" } else { "no" },
+                value_text(&node["status"]["cpu"]),
+                value_text(&node["status"]["memory"])
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Runs `cca token`.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or refuses.
+pub fn token(args: &TokenArgs) -> Result<ExitCode, CliError> {
+    match &args.command {
+        TokenCommand::Create { ttl, client } => {
+            let client = ApiClient::new(client);
+            let body = json!({ "ttl": ttl }).to_string();
+            block_on(async move {
+                let answer = client.ok(Method::POST, "/api/tokens", body).await?;
+                println!("{}", value_text(&answer["token"]));
+                eprintln!(
+                    "one-time enrollment token; expires at unix time {}",
+                    answer["expires_at"]
+                );
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! `cca server`: the HTTP API and the standard controllers over one store.
+//!
+//! # Expected flow
+//!
+//! 1. The store opens: an embedded `MemoryStore` (`--store memory`, the default; everything is
+//!    lost at exit) or etcd (`--store etcd --etcd ENDPOINTS`, in builds with the `etcd`
+//!    feature).
+//! 2. An admin token is set up: read from `--token-file` when that file exists, else generated
+//!    and written there (mode 0600), or printed on stdout when no file is given. Only its hash
+//!    is stored. With etcd, a server that finds an admin token already stored and has no
+//!    `--token-file` generates none.
+//! 3. The standard controllers run; on etcd under leader election (`leader/cca-controllers`),
+//!    so several servers can share one etcd and exactly one runs the controllers.
+//! 4. The API (see [`super::api`]) is served on `--listen` until Ctrl-C or SIGTERM.
+//!    `listening on http://ADDR` is printed on stdout once it accepts connections.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use ccattler_controllers::standard;
+use ccattler_core::runner::{LeaderElection, TokioRunner};
+use ccattler_core::{FactStore, Runner};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::CliError;
+use super::api::auth::{self, Role, TokenRecord};
+use super::api::{self, ApiConfig};
+
+/// Which store `cca server` uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// An embedded in-memory store (lost at exit).
+    #[default]
+    Memory,
+    /// etcd (builds with the `etcd` feature).
+    Etcd,
+}
+
+/// Arguments of `cca server`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Serve the HTTP API and run the standard controllers over one store. \
+    Routes (bearer token on all but /api/enroll): GET /state?prefix=, QUERY /state \
+    (POST /state/query), PUT|DELETE /state/{key}, APPLY /config (POST /config), WATCH /changes \
+    (GET /changes, server-sent events), GET /api/status, GET /api/nodes, POST /api/tokens, \
+    POST /api/enroll. Errors are JSON: {\"error\": ...}."
+)]
+pub struct ServerArgs {
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7420")]
+    pub listen: SocketAddr,
+    /// The store.
+    #[arg(long, value_enum, default_value_t = StoreKind::Memory)]
+    pub store: StoreKind,
+    /// etcd endpoints, comma-separated (with --store etcd).
+    #[arg(
+        long,
+        value_name = "URLS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd: Vec<String>,
+    /// Keep every key under this prefix in etcd (empty, or ending with `/`).
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub etcd_prefix: String,
+    /// The admin token's file: read when it exists, else created with a new token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The largest request body accepted, in bytes; larger ones get 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub max_body: usize,
+}
+
+/// Runs `cca server`; see the [module docs](self).
+///
+/// # Errors
+///
+/// [`CliError`] when the store, the token file or the listener cannot be set up.
+pub fn run(args: &ServerArgs) -> Result<ExitCode, CliError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?;
+    runtime.block_on(async {
+        match args.store {
+            StoreKind::Memory => {
+                let store = ccattler_store::MemoryStore::new();
+                let runner = TokioRunner::new(store.clone());
+                serve(args, store, runner, "memory").await
+            }
+            StoreKind::Etcd => etcd(args).await,
+        }
+    })
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd(args: &ServerArgs) -> Result<ExitCode, CliError> {
+    use ccattler_core::runner::{LeaseElection, LeaseElectionConfig};
+    let config =
+        ccattler_store::EtcdConfig::new(args.etcd.clone()).prefix(args.etcd_prefix.clone());
+    let store = ccattler_store::EtcdStore::connect(config)
+        .await
+        .map_err(|err| CliError::Start(format!("connecting to etcd: {err}")))?;
+    let key = ccattler_core::Key::new("leader/cca-controllers")
+        .map_err(|err| CliError::Start(err.to_string()))?;
+    let identity = format!("cca-server-{}-{}", std::process::id(), args.listen);
+    let election = LeaseElection::new(store.clone(), LeaseElectionConfig::new(key, identity));
+    let runner = TokioRunner::new(store.clone()).with_election(election);
+    serve(args, store, runner, "etcd").await
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn etcd(_args: &ServerArgs) -> Result<ExitCode, CliError> {
+    Err(CliError::Start(
+        "this cca was built without etcd support; rebuild with `--features etcd`".to_owned(),
+    ))
+}
+
+async fn serve<S, E>(
+    args: &ServerArgs,
+    store: S,
+    mut runner: TokioRunner<S, E>,
+    kind: &str,
+) -> Result<ExitCode, CliError>
+where
+    S: FactStore + Clone,
+    E: LeaderElection,
+{
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+    admin_token(&store, args.token_file.as_deref()).await?;
+
+    for controller in standard::all() {
+        runner = runner.controller_arc(controller);
+    }
+    let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
+    let runner_task = tokio::spawn(async move {
+        runner
+            .run(async {
+                let _ = runner_stopped.await;
+            })
+            .await
+    });
+
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|err| CliError::Start(format!("listening on {}: {err}", args.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|err| CliError::Start(err.to_string()))?;
+    println!("cca server: listening on http://{addr} (store: {kind})");
+    let _ = std::io::stdout().flush();
+
+    let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = ApiConfig {
+        max_body: args.max_body,
+    };
+    let mut api_task = tokio::spawn(api::serve(store, config, listener, async {
+        let _ = api_stopped.await;
+    }));
+    let outcome = tokio::select! {
+        _ = interrupt.recv() => Ok(ExitCode::SUCCESS),
+        _ = terminate.recv() => Ok(ExitCode::SUCCESS),
+        served = &mut api_task => Err(CliError::Cluster(format!("the API stopped: {served:?}"))),
+    };
+    eprintln!("cca server: stopping");
+    let _ = stop_api.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut api_task).await;
+    api_task.abort();
+    let _ = stop_runner.send(());
+    if let Ok(Err(err)) = runner_task.await {
+        eprintln!("the controllers stopped with an error: {err}");
+    }
+    outcome
+}
+
+/// Sets up the admin token; see the [module docs](self).
+async fn admin_token<S: FactStore>(store: &S, file: Option<&Path>) -> Result<(), CliError> {
+    let store_error = |err: ccattler_core::StoreError| CliError::Start(format!("the store: {err}"));
+    if let Some(path) = file
+        && path.exists()
+    {
+        let token = std::fs::read_to_string(path).map_err(|source| CliError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(CliError::Start(format!("{} is empty", path.display())));
+        }
+        auth::store_token(store, token, Role::Admin, None)
+            .await
+            .map_err(store_error)?;
+        return Ok(());
+    }
+    if file.is_none() {
+        let existing = store.scan(auth::TOKENS).await.map_err(store_error)?;
+        let has_admin = existing.facts.iter().any(|fact| {
+            serde_json::from_slice::<TokenRecord>(&fact.value).is_ok_and(|r| r.role == Role::Admin)
+        });
+        if has_admin {
+            eprintln!("cca server: an admin token exists already (give --token-file to add one)");
+            return Ok(());
+        }
+    }
+    let token = auth::generate_token();
+    auth::store_token(store, &token, Role::Admin, None)
+        .await
+        .map_err(store_error)?;
+    match file {
+        Some(path) => write_secret(path, &token)?,
+        None => println!("admin token: {token}"),
+    }
+    Ok(())
+}
+
+fn write_secret(path: &Path, token: &str) -> Result<(), CliError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        writeln!(file, "{token}")
+    };
+    write().map_err(|source| CliError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
