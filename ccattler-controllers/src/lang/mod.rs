@@ -56,9 +56,11 @@
 //! `cca::extra-argument`, `cca::missing-block`, `cca::unexpected-block`, `cca::repeated-field`,
 //! `cca::conflicting-fields`).
 
+mod args;
 pub mod check;
 pub mod compile;
 pub mod diagnostic;
+mod fields;
 pub mod format;
 pub mod grammar;
 pub mod lexer;

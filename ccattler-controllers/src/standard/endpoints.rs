@@ -3,7 +3,7 @@
 use ccattler_core::schema::{self, DesiredState, Endpoints, Health};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::PlanCache;
+use super::cache::PlanCache;
 
 /// Writes `endpoint/service/{svc}`: the sorted addresses of the service's instances that serve.
 ///

@@ -8,7 +8,8 @@ use ccattler_core::schema::{
 };
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::{Instance, PlanCache, Standing};
+use super::cache::PlanCache;
+use super::cluster::{Instance, Standing};
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///

@@ -18,6 +18,7 @@
 //! stops the surplus when it returns; the scheduler places nothing on it. A separate controller
 //! would have to write `desired/instance/`, which already has a writer.
 
+mod cache;
 mod cluster;
 mod endpoints;
 mod instances;
@@ -25,7 +26,8 @@ mod intent;
 mod placement;
 mod status;
 
-pub use cluster::{Cluster, ClusterCache, Instance, PlanCache, Standing, Usage};
+pub use cache::{ClusterCache, PlanCache};
+pub use cluster::{Cluster, Instance, Standing, Usage};
 pub use endpoints::EndpointController;
 pub use instances::InstanceController;
 pub use intent::IntentResolver;

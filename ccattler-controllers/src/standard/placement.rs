@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use ccattler_core::schema::{self, Assignment, DesiredState, Placement, Resources, Unschedulable};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::PlanCache;
+use super::cache::PlanCache;
 use crate::scheduler::{Existing, Node, Rebalance, Request, Schedule, ScheduleInput, schedule};
 
 /// Writes `placement/{node}/{id}` for every running instance without one, and

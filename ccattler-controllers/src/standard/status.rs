@@ -3,7 +3,8 @@
 use ccattler_core::schema::{self, ServiceStatus};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
-use super::cluster::{PlanCache, Standing};
+use super::cache::PlanCache;
+use super::cluster::Standing;
 
 /// Writes `status/service/{svc}`: desired, present, running and ready as separate numbers
 /// (replica count and availability are different things), and whether the service is being

@@ -1,0 +1,229 @@
+//! Tests of the cluster reading and of the cache that patches it.
+
+use super::*;
+use crate::standard::ClusterCache;
+use ccattler_core::schema::{Resources, keys};
+
+fn fact(key: Key, value: ccattler_core::Value, rev: u64) -> Fact {
+    Fact {
+        key,
+        value,
+        create_revision: Revision(rev),
+        mod_revision: Revision(rev),
+        version: 1,
+        lease: None,
+    }
+}
+
+fn world() -> FactView {
+    let mut view = FactView::new();
+    let spec = ServiceSpec {
+        name: "web".into(),
+        resources: Resources {
+            cpu: Cpu::from_millis(500),
+            memory: Memory::from_bytes(1 << 20),
+        },
+        ..ServiceSpec::default()
+    };
+    view.insert(fact(
+        keys::service("web").unwrap(),
+        schema::encode(&spec),
+        1,
+    ));
+    for (i, node) in ["n1", "n2"].into_iter().enumerate() {
+        view.insert(fact(
+            keys::node_lease(node).unwrap(),
+            node.as_bytes().to_vec().into(),
+            2,
+        ));
+        let id = format!("web-{i}");
+        let desired = DesiredInstance {
+            service: "web".into(),
+            version: "v".into(),
+            ordinal: None,
+            state: DesiredState::Running,
+        };
+        view.insert(fact(
+            keys::instance(&id).unwrap(),
+            schema::encode(&desired),
+            3,
+        ));
+        let a = Assignment {
+            instance: id.clone(),
+            service: "web".into(),
+            node: node.into(),
+            version: "v".into(),
+            state: DesiredState::Running,
+        };
+        view.insert(fact(
+            keys::placement(node, &id).unwrap(),
+            schema::encode(&a),
+            4,
+        ));
+    }
+    view
+}
+
+#[test]
+fn joins_and_indexes() {
+    let cluster = Cluster::read(&world());
+    assert_eq!(cluster.instances_of("web").count(), 2);
+    let i = &cluster.instances["web-1"];
+    assert_eq!((i.node.as_deref(), i.node_alive), (Some("n2"), true));
+    assert_eq!(cluster.usage["n1"].cpu, Cpu::from_millis(500));
+}
+
+#[test]
+fn the_cache_agrees_with_a_fresh_read_after_changes() {
+    let cache = ClusterCache::new();
+    let mut view = world();
+    cache.read(&view);
+    view.remove(keys::node_lease("n2").unwrap().as_str());
+    view.remove(keys::placement("n1", "web-0").unwrap().as_str());
+    view.insert(fact(
+        keys::service("web").unwrap(),
+        schema::encode(&ServiceSpec {
+            name: "web".into(),
+            ..ServiceSpec::default()
+        }),
+        9,
+    ));
+    let patched = cache.read(&view);
+    let fresh = Cluster::read(&view);
+    assert_eq!(patched.instances, fresh.instances);
+    assert_eq!(patched.usage, fresh.usage);
+    assert!(!patched.instances["web-1"].node_alive);
+    assert!(patched.instances["web-0"].node.is_none());
+    assert!(patched.usage.is_empty(), "web now reserves nothing");
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One random change to a small world of 2 services, 2 nodes and 4 instances.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Service(usize, Option<u64>),
+        Lease(usize, bool),
+        Instance(usize, Option<(usize, bool)>),
+        Place(usize, Option<usize>),
+        Observe(usize, usize, Option<bool>),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..2usize, proptest::option::of(0..4u64)).prop_map(|(s, c)| Step::Service(s, c)),
+            (0..2usize, any::<bool>()).prop_map(|(n, a)| Step::Lease(n, a)),
+            (0..4usize, proptest::option::of((0..2usize, any::<bool>())))
+                .prop_map(|(i, d)| Step::Instance(i, d)),
+            (0..4usize, proptest::option::of(0..2usize)).prop_map(|(i, n)| Step::Place(i, n)),
+            (0..2usize, 0..4usize, proptest::option::of(any::<bool>()))
+                .prop_map(|(n, i, o)| Step::Observe(n, i, o)),
+        ]
+    }
+
+    const NODES: [&str; 2] = ["n1", "n2"];
+    const SERVICES: [&str; 2] = ["a", "b"];
+
+    fn apply(view: &mut FactView, step: &Step, rev: u64) {
+        let mut set = |key: Key, value: Option<ccattler_core::Value>| match value {
+            Some(v) => view.insert(fact(key, v, rev)),
+            None => {
+                view.remove(key.as_str());
+            }
+        };
+        match step {
+            Step::Service(s, cpu) => set(
+                keys::service(SERVICES[*s]).unwrap(),
+                cpu.map(|c| {
+                    schema::encode(&ServiceSpec {
+                        name: SERVICES[*s].into(),
+                        resources: Resources {
+                            cpu: Cpu::from_millis(c * 100),
+                            memory: Memory::from_bytes(c),
+                        },
+                        ..ServiceSpec::default()
+                    })
+                }),
+            ),
+            Step::Lease(n, alive) => set(
+                keys::node_lease(NODES[*n]).unwrap(),
+                alive.then(|| ccattler_core::Value::from_static(b"x")),
+            ),
+            Step::Instance(i, desired) => set(
+                keys::instance(&format!("i{i}")).unwrap(),
+                desired.map(|(s, running)| {
+                    schema::encode(&DesiredInstance {
+                        service: SERVICES[s].into(),
+                        version: "v".into(),
+                        ordinal: None,
+                        state: if running {
+                            DesiredState::Running
+                        } else {
+                            DesiredState::Stopped
+                        },
+                    })
+                }),
+            ),
+            Step::Place(i, node) => {
+                let id = format!("i{i}");
+                for n in NODES {
+                    view.remove(keys::placement(n, &id).unwrap().as_str());
+                }
+                if let Some(n) = node {
+                    let a = Assignment {
+                        instance: id.clone(),
+                        service: "a".into(),
+                        node: NODES[*n].into(),
+                        version: String::new(),
+                        state: DesiredState::Running,
+                    };
+                    view.insert(fact(
+                        keys::placement(NODES[*n], &id).unwrap(),
+                        schema::encode(&a),
+                        rev,
+                    ));
+                }
+            }
+            Step::Observe(n, i, running) => set(
+                keys::observed_instance(NODES[*n], &format!("i{i}")).unwrap(),
+                running.map(|r| {
+                    schema::encode(&InstanceObservation {
+                        state: if r {
+                            ObservedState::Running
+                        } else {
+                            ObservedState::Failed
+                        },
+                        ..InstanceObservation::default()
+                    })
+                }),
+            ),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_cache_always_agrees_with_a_fresh_read(steps in proptest::collection::vec(step(), 1..40)) {
+            let cache = ClusterCache::new();
+            let mut view = FactView::new();
+            for (n, step) in steps.iter().enumerate() {
+                apply(&mut view, step, n as u64 + 1);
+                let patched = cache.read(&view);
+                let fresh = Cluster::read(&view);
+                prop_assert_eq!(&patched.instances, &fresh.instances);
+                prop_assert_eq!(&patched.usage, &fresh.usage);
+                prop_assert_eq!(&patched.services, &fresh.services);
+                prop_assert_eq!(&patched.alive, &fresh.alive);
+                let ids = |c: &Cluster| c.unplaced().map(|i| i.id.clone()).collect::<Vec<_>>();
+                prop_assert_eq!(ids(&patched), ids(&fresh));
+                let orphans = |c: &Cluster| c.orphan_placements().cloned().collect::<Vec<_>>();
+                prop_assert_eq!(orphans(&patched), orphans(&fresh));
+                for s in SERVICES {
+                    let of = |c: &Cluster| c.instances_of(s).map(|i| i.id.clone()).collect::<Vec<_>>();
+                    prop_assert_eq!(of(&patched), of(&fresh));
+                }
+            }
+        }
+    }
+}
