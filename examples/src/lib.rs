@@ -2,8 +2,9 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`cca`] | the `cca` command line: `dev`, `check`, `fmt`, `completions` |
+//! | [`cca`] | the `cca` command line: `dev`, `check`, `fmt`, `completions`, `server` (the HTTP API, [`cca::api`]) and its clients `apply`, `get`, `query`, `watch`, `status`, `nodes`, `token` |
 //! | `src/bin/cca.rs` | the `cca` binary (`cargo run -p ccattler-examples --bin cca -- --help`) |
+//! | `src/bin/api_figures.rs` | the API's figures: `GET /state` of 10,000 facts, 1,000 concurrent watchers |
 //! | `src/bin/dev_converge.rs` | the figure: 100 instances over three local agents, apply to all running |
 //! | `src/bin/toy.rs` | the smallest embedding: two controllers on a `MemoryStore` |
 //! | `src/bin/mirror.rs` | the README's custom controller |

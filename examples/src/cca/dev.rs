@@ -17,8 +17,8 @@
 //! 5. Stopping stops the controllers and the agents, then every workload: unlike a production
 //!    agent, `cca dev` owns its processes and leaves none behind.
 //!
-//! The HTTP API (`cca server`, `cca apply`, `cca get`, ...) is not served yet: it comes with
-//! the API server.
+//! With `--api ADDR` the cluster also serves the HTTP API of `cca server` there (an admin token
+//! is printed), so `cca apply`, `cca get`, `cca status`, ... work against it until Ctrl-C.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,8 +40,8 @@ use super::{CliError, EXIT_FAILURE, EXIT_TIMEOUT, read_source};
     long_about = "Run a whole cluster in this process: an embedded store, the standard \
     controllers and local node agents. Applies FILE, shows every service converge (desired, \
     placed, running, ready) and keeps running until Ctrl-C, which stops the controllers, the \
-    agents and every workload they started. (The HTTP API is not served yet: it comes with \
-    `cca server`.)"
+    agents and every workload they started. With --api ADDR it also serves the HTTP API of \
+    `cca server` there."
 )]
 pub struct DevArgs {
     /// The .cca file to apply.
@@ -83,6 +83,9 @@ pub struct DevArgs {
     /// How long each workload gets between SIGTERM and SIGKILL when the cluster stops.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_time)]
     pub stop_grace: Duration,
+    /// Also serve the HTTP API at this address (`127.0.0.1:7420`); an admin token is printed.
+    #[arg(long, value_name = "ADDR")]
+    pub api: Option<std::net::SocketAddr>,
 }
 
 impl DevArgs {
@@ -178,6 +181,16 @@ async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<E
             )));
         }
     }
+    let api = match args.api {
+        Some(addr) => match serve_api(&cluster, addr).await {
+            Ok(api) => Some(api),
+            Err(err) => {
+                cluster.shutdown().await;
+                return Err(err);
+            }
+        },
+        None => None,
+    };
     if !args.until_converged {
         println!("Ctrl-C stops the cluster and every workload it started");
     }
@@ -202,6 +215,9 @@ async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<E
             ExitCode::from(EXIT_FAILURE)
         }
     };
+    if let Some(api) = api {
+        api.shutdown().await;
+    }
     eprintln!("stopping the controllers, the agents and every workload...");
     let stopped = cluster.shutdown().await;
     eprintln!(
@@ -209,6 +225,23 @@ async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<E
         if stopped == 1 { "" } else { "s" }
     );
     Ok(code)
+}
+
+/// Serves the API over the cluster's store and prints where, with a new admin token.
+async fn serve_api(
+    cluster: &DevCluster,
+    addr: std::net::SocketAddr,
+) -> Result<super::api::ServerHandle, CliError> {
+    use super::api::{ApiConfig, ServerHandle, auth};
+    let token = auth::generate_token();
+    auth::store_token(cluster.store(), &token, auth::Role::Admin, None)
+        .await
+        .map_err(|err| CliError::Start(format!("the admin token: {err}")))?;
+    let api = ServerHandle::start(cluster.store().clone(), ApiConfig::default(), addr)
+        .await
+        .map_err(|err| CliError::Start(format!("serving the API on {addr}: {err}")))?;
+    println!("API on {} (admin token: {token})", api.url());
+    Ok(api)
 }
 
 /// Shows the status on every change until converged (with `--until-converged`), timed out,

@@ -120,6 +120,26 @@ fn fact_with_value(fact: &Fact, value: Json) -> Json {
     Json::Object(object)
 }
 
+/// Appends a fact as JSON to `out`, copying a JSON value's bytes as they are (no parse tree):
+/// the same shape as [`fact_json`], written fast for large listings.
+fn write_fact(out: &mut Vec<u8>, fact: &Fact) {
+    out.extend_from_slice(b"{\"key\":");
+    let _ = serde_json::to_writer(&mut *out, fact.key.as_str());
+    out.extend_from_slice(b",\"value\":");
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&fact.value).is_ok() {
+        out.extend_from_slice(&fact.value);
+    } else {
+        let _ = serde_json::to_writer(&mut *out, &String::from_utf8_lossy(&fact.value));
+    }
+    let tail = format!(
+        ",\"create_revision\":{},\"mod_revision\":{},\"version\":{}}}",
+        fact.create_revision.get(),
+        fact.mod_revision.get(),
+        fact.version
+    );
+    out.extend_from_slice(tail.as_bytes());
+}
+
 /// Scans and filters; `{revision, facts}`.
 async fn select<S: FactStore>(store: &S, query: &Query) -> Result<Response, ApiError> {
     for predicate in &query.predicates {
@@ -128,28 +148,39 @@ async fn select<S: FactStore>(store: &S, query: &Query) -> Result<Response, ApiE
     ccattler_core::key::validate_prefix(&query.prefix)
         .map_err(|err| ApiError::bad_request(format!("`prefix`: {err}")))?;
     let scan = store.scan(&query.prefix).await?;
-    let mut facts = Vec::with_capacity(scan.facts.len());
+    let mut body =
+        Vec::with_capacity(64 + scan.facts.iter().map(|f| f.value.len() + 96).sum::<usize>());
+    body.extend_from_slice(
+        format!("{{\"revision\":{},\"facts\":[", scan.revision.get()).as_bytes(),
+    );
+    let mut first = true;
     for fact in scan.facts.iter().filter(|f| !hidden(f.key.as_str())) {
-        if query.predicates.is_empty() {
-            facts.push(fact_json(fact));
-            continue;
+        if !query.predicates.is_empty() {
+            let Ok(mut subject) = serde_json::from_slice::<Json>(&fact.value) else {
+                continue;
+            };
+            if let Json::Object(map) = &mut subject {
+                map.entry("key")
+                    .or_insert_with(|| Json::String(fact.key.as_str().to_owned()));
+                map.entry("mod_revision")
+                    .or_insert_with(|| fact.mod_revision.get().into());
+            }
+            if !query.predicates.iter().all(|p| p.holds(&subject)) {
+                continue;
+            }
         }
-        let Ok(value) = serde_json::from_slice::<Json>(&fact.value) else {
-            continue;
-        };
-        let mut subject = value.clone();
-        if let Json::Object(map) = &mut subject {
-            map.entry("key")
-                .or_insert_with(|| Json::String(fact.key.as_str().to_owned()));
-            map.entry("mod_revision")
-                .or_insert_with(|| fact.mod_revision.get().into());
+        if !first {
+            body.push(b',');
         }
-        if query.predicates.iter().all(|p| p.holds(&subject)) {
-            facts.push(fact_with_value(fact, value));
-        }
+        first = false;
+        write_fact(&mut body, fact);
     }
-    let body = json!({ "revision": scan.revision.get(), "facts": facts });
-    Ok(axum::Json(body).into_response())
+    body.extend_from_slice(b"]}");
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 /// `GET /state?prefix=`.
