@@ -117,5 +117,8 @@ async fn enrollment_tokens_are_single_use_and_expire_and_node_credentials_stay_i
             .0,
         StatusCode::OK
     );
+    let (_, nodes) = call(&node, "GET", "/api/nodes", Bytes::new()).await;
+    assert_eq!(nodes["nodes"][0]["name"], "n1");
+    assert_eq!(nodes["nodes"][0]["alive"], true);
     h.stop().await;
 }
