@@ -75,8 +75,12 @@ async fn set_desired(store: &EtcdStore, group: &str, count: usize) {
 }
 
 /// Waits until the leader key holds someone other than `not`, returning it and how long it
-/// took.
-async fn next_leader(store: &EtcdStore, not: Option<&str>) -> (Fact, Duration) {
+/// took. On timeout the panic says what the replica processes did.
+async fn next_leader(
+    store: &EtcdStore,
+    not: Option<&str>,
+    replicas: &mut Replicas,
+) -> (Fact, Duration) {
     let start = Instant::now();
     loop {
         if let Ok(Some(fact)) = store.get(&leader_key()).await
@@ -86,7 +90,8 @@ async fn next_leader(store: &EtcdStore, not: Option<&str>) -> (Fact, Duration) {
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "no new leader within 30 s"
+            "no new leader within 30 s; replicas: {}",
+            replicas.report()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -129,12 +134,35 @@ impl Replicas {
                     .env(PREFIX_ENV, prefix)
                     .env(ENDPOINTS_ENV, endpoints)
                     .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
                     .spawn()
                     .expect("start a replica process");
                 ((*name).to_owned(), Some(child))
             })
             .collect();
         Replicas(children)
+    }
+
+    /// Each replica's state: running, or its exit status and the end of its stderr.
+    fn report(&mut self) -> String {
+        let mut lines = Vec::new();
+        for (name, child) in &mut self.0 {
+            let state = match child.as_mut().map(Child::try_wait) {
+                None => "killed by the test".to_owned(),
+                Some(Ok(None)) => "running".to_owned(),
+                Some(Ok(Some(status))) => {
+                    let mut err = String::new();
+                    if let Some(stderr) = child.as_mut().and_then(|c| c.stderr.as_mut()) {
+                        let _ = std::io::Read::read_to_string(stderr, &mut err);
+                    }
+                    let tail: String = err.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                    format!("exited {status}: {tail}")
+                }
+                Some(Err(err)) => format!("unknown ({err})"),
+            };
+            lines.push(format!("{name}: {state}"));
+        }
+        lines.join("; ")
     }
 
     fn kill(&mut self, name: &str) {
@@ -168,7 +196,7 @@ async fn replicas_fail_over_when_the_leader_is_revoked_or_killed() {
     let endpoints = store.config().endpoints.join(",");
     set_desired(&store, "web", 5).await;
     let mut replicas = Replicas::start(&["a", "b", "c"], &prefix, &endpoints);
-    let (first, _) = next_leader(&store, None).await;
+    let (first, _) = next_leader(&store, None, &mut replicas).await;
     converge(&store, "web", 5).await;
     let first_name = first.value_str().unwrap_or_default().to_owned();
 
@@ -178,7 +206,7 @@ async fn replicas_fail_over_when_the_leader_is_revoked_or_killed() {
         .revoke_lease(lease)
         .await
         .expect("revoke the leader's lease");
-    let (second, took) = next_leader(&store, Some(&first_name)).await;
+    let (second, took) = next_leader(&store, Some(&first_name), &mut replicas).await;
     eprintln!("{CHECK}: lease revoked, {second:?} leads after {took:?}");
     assert!(took <= TTL, "failover after revoke took {took:?}");
     assert!(second.create_revision > first.create_revision);
@@ -188,7 +216,7 @@ async fn replicas_fail_over_when_the_leader_is_revoked_or_killed() {
     // The new leader's process is killed: its lease expires and a third replica leads.
     let second_name = second.value_str().unwrap_or_default().to_owned();
     replicas.kill(&second_name);
-    let (third, took) = next_leader(&store, Some(&second_name)).await;
+    let (third, took) = next_leader(&store, Some(&second_name), &mut replicas).await;
     eprintln!("{CHECK}: leader process killed, {third:?} leads after {took:?}");
     assert!(took <= TTL + SLACK, "failover after kill took {took:?}");
     set_desired(&store, "web", 9).await;
