@@ -16,8 +16,13 @@ const LIVENESS: usize = 1;
 const READINESS: usize = 2;
 
 impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
-    /// Compares desired and observed state once and acts on the difference.
-    pub(super) async fn pass(&self, local: &mut Local) {
+    /// Compares desired and observed state once and acts on the difference. Returns what the
+    /// runtime reported when the pass changed nothing (it is still current, so reporting need
+    /// not ask again), `None` when it acted or the runtime did not answer.
+    pub(super) async fn pass(
+        &self,
+        local: &mut Local,
+    ) -> Option<BTreeMap<String, ObservedInstance>> {
         let observed = match self.runtime.observe().await {
             Ok(list) => list
                 .into_iter()
@@ -25,9 +30,10 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 .collect::<BTreeMap<_, _>>(),
             Err(err) => {
                 tracing::warn!(node = %self.config.node, error = %err, "runtime unreachable");
-                return;
+                return None;
             }
         };
+        let mut acted = false;
         let volumes = self.config.cache_dir.join("volumes");
         let now = Instant::now();
         let placements: Vec<_> = local.desired.placements.values().cloned().collect();
@@ -36,6 +42,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             let seen = observed.get(id);
             if assignment.state == DesiredState::Stopped {
                 if seen.is_some_and(|o| !o.state.has_ended()) {
+                    acted = true;
                     let _ = self
                         .runtime
                         .ensure_stopped(id, self.config.stop_grace)
@@ -75,15 +82,18 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 match observed.get(&step_id).map(|o| &o.state) {
                     None => {
                         let init = init_spec(id, step, &spec, &local.desired, &volumes);
+                        acted = true;
                         if let Err(err) = self.runtime.ensure_running(&init).await {
                             track.fail(now, format!("init step {step}: {err}"));
                         }
                     }
                     Some(InstanceState::Exited { code: 0 }) => {
                         track.init_done += 1;
+                        acted = true;
                         let _ = self.runtime.remove(&step_id).await;
                     }
                     Some(state) if state.has_ended() => {
+                        acted = true;
                         let _ = self.runtime.remove(&step_id).await;
                         track.fail(now, format!("init step {step} ended: {state:?}"));
                         if track.attempts > spec.init[step].retry {
@@ -93,6 +103,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     Some(_) => {
                         let step_started = track.started.get_or_insert(now);
                         if now.duration_since(*step_started) > spec.init[step].timeout {
+                            acted = true;
                             let _ = self.runtime.ensure_stopped(&step_id, Duration::ZERO).await;
                             track.fail(now, format!("init step {step} timed out"));
                         }
@@ -101,6 +112,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 continue;
             }
             let instance = instance_spec(id, &spec, &local.desired, &volumes);
+            acted = true;
             match self.runtime.ensure_running(&instance).await {
                 Ok(()) => {
                     track.attempts = 0;
@@ -127,9 +139,11 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     continue;
                 }
                 if seen.state.has_ended() {
+                    acted = true;
                     let _ = self.runtime.remove(id).await;
                     local.tracks.remove(id);
                 } else {
+                    acted = true;
                     let _ = self
                         .runtime
                         .ensure_stopped(id, self.config.stop_grace)
@@ -137,12 +151,19 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 }
             }
         }
-        self.probe(local, &observed).await;
+        acted |= self.probe(local, &observed).await;
+        (!acted).then_some(observed)
     }
 
-    /// Runs the probes that are due; restarts an instance whose liveness probe failed.
-    async fn probe(&self, local: &mut Local, observed: &BTreeMap<String, ObservedInstance>) {
+    /// Runs the probes that are due; restarts an instance whose liveness probe failed. Returns
+    /// whether it restarted one.
+    async fn probe(
+        &self,
+        local: &mut Local,
+        observed: &BTreeMap<String, ObservedInstance>,
+    ) -> bool {
         let now = Instant::now();
+        let mut acted = false;
         for (id, track) in &mut local.tracks {
             let Some(seen) = observed
                 .get(id)
@@ -176,6 +197,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 // the ended instance decides, as for a crash).
                 Some(at) if dead && now > at => {
                     tracing::warn!(instance = %id, "liveness probe failed; restarting");
+                    acted = true;
                     let _ = self
                         .runtime
                         .ensure_stopped(id, self.config.stop_grace)
@@ -188,14 +210,25 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 _ => {}
             }
         }
+        acted
     }
 
     /// The observations that changed since they were last written, and the keys of those to
     /// delete (instances no longer placed here).
-    pub(super) async fn observations(&self, local: &mut Local) -> (Vec<(Key, Value)>, Vec<Key>) {
-        let observed: BTreeMap<String, ObservedInstance> = match self.runtime.observe().await {
-            Ok(list) => list.into_iter().map(|o| (o.id.clone(), o)).collect(),
-            Err(_) => return (Vec::new(), Vec::new()),
+    ///
+    /// `current` is the runtime's report when the pass just read it and changed nothing; it is
+    /// asked again otherwise.
+    pub(super) async fn observations(
+        &self,
+        local: &mut Local,
+        current: Option<BTreeMap<String, ObservedInstance>>,
+    ) -> (Vec<(Key, Value)>, Vec<Key>) {
+        let observed = match current {
+            Some(observed) => observed,
+            None => match self.runtime.observe().await {
+                Ok(list) => list.into_iter().map(|o| (o.id.clone(), o)).collect(),
+                Err(_) => return (Vec::new(), Vec::new()),
+            },
         };
         let node = &self.config.node;
         let mut puts = Vec::new();

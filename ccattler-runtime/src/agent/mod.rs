@@ -159,9 +159,9 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     }
                 }
             }
-            self.pass(&mut local).await;
+            let current = self.pass(&mut local).await;
             if watch.is_some() {
-                let (puts, deletes) = self.observations(&mut local).await;
+                let (puts, deletes) = self.observations(&mut local, current).await;
                 if let Err(err) = self.write(puts, deletes).await {
                     tracing::warn!(node = %self.config.node, error = %err, "reporting failed; reconnecting");
                     local.reported.clear();
