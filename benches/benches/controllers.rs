@@ -124,6 +124,14 @@ fn cluster() -> FactView {
     view
 }
 
+/// `base` after node `dead` lost its lease.
+fn node_died(base: &FactView, dead: usize) -> FactView {
+    let mut view = base.clone();
+    let lease = schema::keys::node_lease(&node_name(dead)).expect("key");
+    view.remove(lease.as_str());
+    view
+}
+
 fn reconcile(controller: &dyn Controller, view: &FactView) -> Vec<Change> {
     let mut ids = SequentialIds::new("r");
     let mut ctx = ReconcileContext::new(SystemTime::UNIX_EPOCH, &mut ids);
@@ -162,13 +170,7 @@ fn one_dead_node(c: &mut Criterion) {
         b.iter_batched(
             || {
                 dead = (dead + 7) % NODES;
-                let mut view = base.clone();
-                view.remove(
-                    schema::keys::node_lease(&node_name(dead))
-                        .expect("key")
-                        .as_str(),
-                );
-                view
+                node_died(&base, dead)
             },
             |view| {
                 let changes = reconcile(&instances, &view);
@@ -186,12 +188,7 @@ fn one_dead_node(c: &mut Criterion) {
         b.iter_batched(
             || {
                 dead = (dead + 7) % NODES;
-                let mut view = base.clone();
-                view.remove(
-                    schema::keys::node_lease(&node_name(dead))
-                        .expect("key")
-                        .as_str(),
-                );
+                let mut view = node_died(&base, dead);
                 let replacements = reconcile(&instances, &view);
                 apply(&mut view, replacements);
                 view

@@ -96,6 +96,19 @@ impl Node {
             .expect("put placement");
     }
 
+    /// Places `sleep 1000` as instance `id` of a service named `service`, waits until it runs,
+    /// and returns its pid.
+    async fn run_sleeper(&self, id: &str, service_name: &str) -> u32 {
+        self.place(
+            id,
+            &service(service_name, &["sleep", "1000"]),
+            DesiredState::Running,
+        )
+        .await;
+        self.wait_for(id, "running", running).await;
+        self.runtime().pid(id).expect("a pid")
+    }
+
     async fn observation(&self, id: &str) -> Option<InstanceObservation> {
         let key = schema::keys::observed_instance(NODE, id).expect("key");
         let fact = self.store.inner().get(&key).await.expect("get")?;
@@ -222,14 +235,7 @@ async fn runs_what_is_placed_and_reports_it() {
 async fn a_killed_workload_is_restarted_per_policy_and_reported() {
     let mut node = Node::new();
     node.start();
-    node.place(
-        "crashy",
-        &service("crashy", &["sleep", "1000"]),
-        DesiredState::Running,
-    )
-    .await;
-    node.wait_for("crashy", "running", running).await;
-    let pid = node.runtime().pid("crashy").expect("a pid");
+    let pid = node.run_sleeper("crashy", "crashy").await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -247,14 +253,7 @@ async fn a_killed_workload_is_restarted_per_policy_and_reported() {
 async fn workloads_keep_running_while_the_store_is_unreachable() {
     let mut node = Node::new();
     node.start();
-    node.place(
-        "sleeper",
-        &service("sleep", &["sleep", "1000"]),
-        DesiredState::Running,
-    )
-    .await;
-    node.wait_for("sleeper", "running", running).await;
-    let pid = node.runtime().pid("sleeper").expect("a pid");
+    let pid = node.run_sleeper("sleeper", "sleep").await;
 
     node.store.partition();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -289,14 +288,7 @@ async fn workloads_keep_running_while_the_store_is_unreachable() {
 async fn a_restarted_agent_adopts_the_same_processes() {
     let mut node = Node::new();
     node.start();
-    node.place(
-        "sleeper",
-        &service("sleep", &["sleep", "1000"]),
-        DesiredState::Running,
-    )
-    .await;
-    node.wait_for("sleeper", "running", running).await;
-    let pid = node.runtime().pid("sleeper").expect("a pid");
+    let pid = node.run_sleeper("sleeper", "sleep").await;
     node.stop().await;
     node.start();
     tokio::time::sleep(Duration::from_millis(500)).await;
