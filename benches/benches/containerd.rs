@@ -7,27 +7,18 @@
 //! Without an answering containerd it prints that it was skipped. The socket comes from
 //! `CCATTLER_CONTAINERD_SOCKET`, else `/tmp/ccattler-containerd/socket-path`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ccattler_core::{InstanceSpec, Runtime};
-use ccattler_runtime::containerd::test_image::{DEBIAN_BUSYBOX, write_busybox_archive};
+use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busybox_archive};
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const NAMESPACE: &str = "ccattler-bench";
 const IMAGE: &str = "local/ccattler-busybox:1";
 const COMMAND: [&str; 2] = ["sleep", "1000"];
-
-fn socket() -> PathBuf {
-    if let Ok(path) = std::env::var("CCATTLER_CONTAINERD_SOCKET") {
-        return PathBuf::from(path);
-    }
-    std::fs::read_to_string("/tmp/ccattler-containerd/socket-path")
-        .map(|p| PathBuf::from(p.trim()))
-        .unwrap_or_else(|_| PathBuf::from("/tmp/ccattler-containerd/containerd.sock"))
-}
 
 /// Connects and imports the image; `None` when containerd does not answer.
 async fn setup(socket: &Path) -> Option<ContainerdRuntime> {
@@ -64,7 +55,7 @@ fn bench(c: &mut Criterion) {
         println!("SKIPPED containerd benches: no tokio runtime");
         return;
     };
-    let socket = socket();
+    let socket = test_image::test_socket();
     let Some(runtime) = tokio.block_on(setup(&socket)) else {
         return;
     };

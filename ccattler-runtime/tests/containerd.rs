@@ -5,11 +5,11 @@
 //! that needs one fails when `CI=true`, and prints that it was skipped otherwise.
 #![cfg(feature = "containerd")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ccattler_core::{InstanceSpec, InstanceState, ObservedInstance, Runtime, RuntimeError};
-use ccattler_runtime::containerd::test_image::{DEBIAN_BUSYBOX, write_busybox_archive};
+use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busybox_archive};
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
 use ccattler_testkit::runtime_conformance::{RuntimeHarness, run_runtime_conformance};
 use tokio::sync::OnceCell;
@@ -18,15 +18,6 @@ const NAMESPACE: &str = "ccattler-test";
 const IMAGE: &str = "local/ccattler-busybox:1";
 const SCRIPT: &str = "echo hello; echo oops >&2; trap 'exit 143' TERM; sleep 1000 & wait";
 const LONG: [&str; 3] = ["sh", "-c", SCRIPT];
-
-fn socket() -> PathBuf {
-    if let Ok(path) = std::env::var("CCATTLER_CONTAINERD_SOCKET") {
-        return PathBuf::from(path);
-    }
-    std::fs::read_to_string("/tmp/ccattler-containerd/socket-path")
-        .map(|p| PathBuf::from(p.trim()))
-        .unwrap_or_else(|_| PathBuf::from("/tmp/ccattler-containerd/containerd.sock"))
-}
 
 fn config() -> ContainerdConfig {
     ContainerdConfig::default().state_dir(std::env::temp_dir().join("ccattler-containerd-tests"))
@@ -40,7 +31,7 @@ async fn setup() -> Option<ContainerdRuntime> {
 }
 
 async fn setup_in(namespace: &str, imported: &OnceCell<()>) -> Option<ContainerdRuntime> {
-    let socket = socket();
+    let socket = test_image::test_socket();
     let runtime = match ContainerdRuntime::connect(&socket, namespace, config()).await {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -108,7 +99,7 @@ fn must(result: Result<(), RuntimeError>, what: &str) {
 
 /// Whether `ctr snapshots ls` still lists a snapshot `id` in our namespace.
 fn has_snapshot(id: &str) -> bool {
-    let socket = socket().to_string_lossy().into_owned();
+    let socket = test_image::test_socket().to_string_lossy().into_owned();
     let args = ["-a", &socket, "-n", NAMESPACE, "snapshots", "ls"];
     let out = std::process::Command::new("ctr").args(args).output();
     let prefix = format!("{id} ");
@@ -204,7 +195,7 @@ async fn a_new_runtime_object_adopts_running_containers() {
     let _ = first.remove(id).await;
     must(first.ensure_running(&spec(id, &LONG)).await, "start");
     drop(first);
-    let second = ContainerdRuntime::connect(socket(), NAMESPACE, config())
+    let second = ContainerdRuntime::connect(test_image::test_socket(), NAMESPACE, config())
         .await
         .unwrap_or_else(|e| panic!("reconnect: {e}"));
     assert_eq!(
@@ -348,7 +339,7 @@ impl RuntimeHarness for ContainerdHarness {
     }
 
     async fn reopen(&self, _runtime: &ContainerdRuntime) -> Option<ContainerdRuntime> {
-        ContainerdRuntime::connect(socket(), CONFORMANCE_NAMESPACE, config())
+        ContainerdRuntime::connect(test_image::test_socket(), CONFORMANCE_NAMESPACE, config())
             .await
             .ok()
     }

@@ -8,7 +8,7 @@
 //! is `sh`.
 
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -18,6 +18,18 @@ use super::image::sha256_digest;
 
 /// Where Debian's `busybox-static` puts the binary.
 pub const DEBIAN_BUSYBOX: &str = "/usr/bin/busybox";
+
+/// The socket of the private containerd that `scripts/containerd-up` starts, for tests and
+/// benches: `CCATTLER_CONTAINERD_SOCKET` if set, else the path that script records, else its
+/// default.
+pub fn test_socket() -> PathBuf {
+    if let Ok(path) = std::env::var("CCATTLER_CONTAINERD_SOCKET") {
+        return PathBuf::from(path);
+    }
+    std::fs::read_to_string("/tmp/ccattler-containerd/socket-path")
+        .map(|p| PathBuf::from(p.trim()))
+        .unwrap_or_else(|_| PathBuf::from("/tmp/ccattler-containerd/containerd.sock"))
+}
 
 /// The applets linked into `/bin`.
 pub const APPLETS: &[&str] = &[
