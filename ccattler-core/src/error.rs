@@ -80,6 +80,10 @@ pub enum StoreError {
     /// The request did not complete in time; it may or may not have been applied.
     #[error("store request timed out after {0:?}; it may or may not have been applied")]
     Timeout(std::time::Duration),
+    /// The store refused the request for the caller's credential: it may not read or write
+    /// this key or lease. Retrying with the same credential fails the same way.
+    #[error("the store refused the request: {0}; use a credential that is allowed to do this")]
+    Denied(String),
 }
 
 impl StoreError {

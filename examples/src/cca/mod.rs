@@ -29,6 +29,7 @@ pub mod completions;
 pub mod dev;
 pub mod display;
 pub mod fmt;
+pub mod http_store;
 pub mod progress;
 pub mod remote;
 pub mod server;

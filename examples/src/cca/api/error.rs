@@ -57,7 +57,8 @@ impl ApiError {
 }
 
 impl From<StoreError> for ApiError {
-    /// Bad keys and values are the client's fault (400); a compacted revision is 410; the rest
+    /// Bad keys and values are the client's fault (400); a compacted revision is 410, a refusal
+    /// 403, a missing lease 404; the rest
     /// is the store's (503 when retrying may help, 500 otherwise).
     fn from(err: StoreError) -> Self {
         let status = match &err {
@@ -68,6 +69,8 @@ impl From<StoreError> for ApiError {
             | StoreError::InvalidTtl(_)
             | StoreError::FutureRevision { .. } => StatusCode::BAD_REQUEST,
             StoreError::Compacted { .. } => StatusCode::GONE,
+            StoreError::Denied(_) => StatusCode::FORBIDDEN,
+            StoreError::LeaseNotFound(_) => StatusCode::NOT_FOUND,
             err if err.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

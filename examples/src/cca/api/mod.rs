@@ -16,6 +16,7 @@
 //! | `GET /api/nodes` | any | every node: status and whether its lease is held |
 //! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
 //! | `POST /api/enroll` | no token | `{"token": ENROLLMENT, "node": N}` → a credential for node N |
+//! | `/store/...` | any; writes as for `PUT /state` | the store protocol: every `FactStore` operation, values base64 ([`store`]) |
 //!
 //! # Limits
 //!
@@ -27,6 +28,8 @@ pub mod changes;
 pub mod config;
 pub mod error;
 pub mod state;
+pub mod store;
+pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -90,6 +93,17 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         .route("/api/status", get(config::status::<S>))
         .route("/api/nodes", get(config::nodes::<S>))
         .route("/api/tokens", post(auth::create_enrollment::<S>))
+        .route("/store/get", post(store::get::<S>))
+        .route("/store/scan", post(store::scan::<S>))
+        .route("/store/put", post(store::put::<S>))
+        .route("/store/delete", post(store::delete::<S>))
+        .route("/store/txn", post(store::txn::<S>))
+        .route("/store/revision", get(store::revision::<S>))
+        .route("/store/compact", post(store::compact::<S>))
+        .route("/store/lease/grant", post(store::grant::<S>))
+        .route("/store/lease/keep-alive", post(store::keep_alive::<S>))
+        .route("/store/lease/revoke", post(store::revoke::<S>))
+        .route("/store/watch", get(store::watch::<S>))
         .route_layer(axum::middleware::from_fn_with_state(
             api.clone(),
             auth::authenticate::<S>,
