@@ -84,6 +84,7 @@
 //! [`ZonePolicy::Spread`]: ccattler_core::schema::ZonePolicy::Spread
 
 mod index;
+mod live;
 mod place;
 mod reason;
 mod rebalance;
@@ -92,6 +93,7 @@ mod types;
 #[cfg(test)]
 mod fixture;
 
+pub(crate) use live::{LiveIndex, Placed};
 pub use reason::{Rejection, Unsatisfied};
 pub use types::{Existing, Move, Node, Rebalance, Request, Schedule, ScheduleInput};
 

@@ -24,6 +24,7 @@ mod endpoints;
 mod instances;
 mod intent;
 mod placement;
+mod schedule_cache;
 mod status;
 
 pub use cache::{ClusterCache, PlanCache};

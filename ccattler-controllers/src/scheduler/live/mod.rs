@@ -1,0 +1,292 @@
+//! [`LiveIndex`]: the scheduler's tables kept from one pass to the next, so that placing `k`
+//! instances costs time for those `k`, not for every node of the cluster.
+//!
+//! [`schedule`](super::schedule) builds its node tables from scratch on every call: linear in the
+//! nodes. A controller that schedules after every change (one node died, ten replacements to
+//! place) pays that for a handful of requests. The live index instead keeps, up to date as the
+//! caller reports changes:
+//!
+//! - every node's capacity, reservation and liveness ([`LiveIndex::set_node`]);
+//! - per service, how many of its instances each node holds ([`LiveIndex::set_instance`]);
+//! - the alive nodes grouped by *class*: equal architecture, zone, labels and taints, so the
+//!   hard filters of a placement are checked once per class, not once per node;
+//! - inside a class, the nodes grouped by *load* (capacity and reservation) in order of
+//!   utilisation, and inside a load by name, so the ranking reads the best nodes first.
+//!
+//! # Guarantees
+//!
+//! [`LiveIndex::place`] returns exactly the placements and the unsatisfied reasons (as text) that
+//! [`schedule`](super::schedule) returns for the same nodes, existing instances and requests
+//! (with [`Rebalance::Off`]). The index is unchanged by `place`.
+//!
+//! # Cost
+//!
+//! Keeping the index up to date costs `O(log n)` per changed node or instance. Placing one request
+//! costs one filter check per class of nodes, then a walk over the loads of the eligible classes
+//! in order of utilisation that stops at the first that cannot beat the best found (in a cluster
+//! of few node shapes and similar services: a handful), skipping the nodes that already hold the
+//! service. When every eligible node holds the service, it also looks at each of those nodes.
+//! Nodes whose labels are all distinct (a `hostname` label) form one class each, and the filter
+//! check becomes linear in the nodes again. A run of requests that fits nowhere costs one pass
+//! over every node to explain why, as in [`schedule`](super::schedule).
+//!
+//! [`Rebalance::Off`]: super::Rebalance::Off
+
+mod place;
+
+pub(crate) use place::Placed;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Resources};
+
+use super::Node;
+use super::index::{FastMap, Frac, Usage};
+
+/// What the hard filters of a placement look at, apart from liveness and resources.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Attrs {
+    architecture: String,
+    zone: Option<String>,
+    labels: BTreeMap<String, String>,
+    taints: Vec<String>,
+}
+
+impl Attrs {
+    fn of(status: &NodeStatus) -> Self {
+        Attrs {
+            architecture: status.architecture.clone(),
+            zone: status.zone.clone(),
+            labels: status.labels.clone(),
+            taints: status.taints.clone(),
+        }
+    }
+
+    fn matches(&self, status: &NodeStatus) -> bool {
+        self.architecture == status.architecture
+            && self.zone == status.zone
+            && self.labels == status.labels
+            && self.taints == status.taints
+    }
+
+    /// A node of this class as the filters see it (alive: only alive nodes are grouped).
+    fn node(&self) -> Node<'_> {
+        Node {
+            name: "",
+            cpu: Cpu::from_millis(0),
+            memory: Memory::from_bytes(0),
+            labels: &self.labels,
+            taints: &self.taints,
+            zone: self.zone.as_deref(),
+            architecture: &self.architecture,
+            alive: true,
+        }
+    }
+}
+
+/// A node's capacity and reservation, ordered by utilisation first (the figures after it only
+/// keep unequal loads apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Load {
+    util: Frac,
+    cpu_cap: u64,
+    mem_cap: u64,
+    cpu: u64,
+    mem: u64,
+}
+
+impl Load {
+    fn new(cpu_cap: u64, mem_cap: u64, cpu: u64, mem: u64) -> Self {
+        let usage = Usage {
+            cpu_cap,
+            mem_cap,
+            cpu,
+            mem,
+        };
+        Load {
+            util: usage.util_after(Resources::default()),
+            cpu_cap,
+            mem_cap,
+            cpu,
+            mem,
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        Usage {
+            cpu_cap: self.cpu_cap,
+            mem_cap: self.mem_cap,
+            cpu: self.cpu,
+            mem: self.mem,
+        }
+    }
+}
+
+/// Nodes of equal attributes.
+#[derive(Debug)]
+struct Class {
+    attrs: Attrs,
+    zone: u32,
+    /// The alive nodes, by load, then name.
+    by_load: BTreeMap<Load, BTreeSet<String>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LiveNode {
+    class: usize,
+    load: Load,
+    alive: bool,
+}
+
+/// The scheduler's node and instance tables, patched change by change. See the
+/// [module docs](self).
+#[derive(Debug, Default)]
+pub(crate) struct LiveIndex {
+    nodes: FastMap<String, LiveNode>,
+    /// Never shrinks: a class whose nodes all left stays, empty (there are few distinct ones).
+    classes: Vec<Class>,
+    class_of: FastMap<Attrs, usize>,
+    /// Zone ids; `None` is a zone of its own, as in [`schedule`](super::schedule).
+    zones: FastMap<Option<String>, u32>,
+    /// Placed instances: id to (service, node).
+    instances: FastMap<String, (String, String)>,
+    /// Per service, per node, how many of its instances are placed there (never zero).
+    counts: FastMap<String, FastMap<String, u32>>,
+}
+
+impl LiveIndex {
+    /// Sets what is known of node `name`: its status (`None`: it is not a node, or no longer),
+    /// whether it is alive, and the cpu and memory reserved on it.
+    pub fn set_node(
+        &mut self,
+        name: &str,
+        status: Option<&NodeStatus>,
+        alive: bool,
+        reserved: Resources,
+    ) {
+        let old = self.nodes.remove(name);
+        if let Some(old) = old.filter(|o| o.alive) {
+            self.detach(old.class, old.load, name);
+        }
+        let Some(status) = status else {
+            return;
+        };
+        let class = match old {
+            Some(old) if self.classes[old.class].attrs.matches(status) => old.class,
+            _ => self.class_for(status),
+        };
+        let load = Load::new(
+            status.cpu.millis(),
+            status.memory.bytes(),
+            reserved.cpu.millis(),
+            reserved.memory.bytes(),
+        );
+        self.nodes
+            .insert(name.to_owned(), LiveNode { class, load, alive });
+        if alive {
+            self.attach(class, load, name);
+        }
+    }
+
+    /// Sets where instance `id` is placed: `(service, node)`, or `None` when it is not (or no
+    /// longer) placed. Returns where it was before.
+    pub fn set_instance(
+        &mut self,
+        id: &str,
+        now: Option<(&str, &str)>,
+    ) -> Option<(String, String)> {
+        if let Some((service, node)) = &self.instances.get(id)
+            && now == Some((service.as_str(), node.as_str()))
+        {
+            return now.map(|(s, n)| (s.to_owned(), n.to_owned()));
+        }
+        let before = self.instances.remove(id);
+        if let Some((service, node)) = &before {
+            self.uncount(service, node);
+        }
+        if let Some((service, node)) = now {
+            *self
+                .counts
+                .entry(service.to_owned())
+                .or_default()
+                .entry(node.to_owned())
+                .or_default() += 1;
+            self.instances
+                .insert(id.to_owned(), (service.to_owned(), node.to_owned()));
+        }
+        before
+    }
+
+    /// The nodes holding at least one instance of `service`, in no particular order.
+    pub fn nodes_of(&self, service: &str) -> Vec<String> {
+        self.counts
+            .get(service)
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn uncount(&mut self, service: &str, node: &str) {
+        if let Some(per_node) = self.counts.get_mut(service) {
+            if let Some(n) = per_node.get_mut(node) {
+                *n -= 1;
+                if *n == 0 {
+                    per_node.remove(node);
+                }
+            }
+            if per_node.is_empty() {
+                self.counts.remove(service);
+            }
+        }
+    }
+
+    fn class_for(&mut self, status: &NodeStatus) -> usize {
+        let attrs = Attrs::of(status);
+        if let Some(&class) = self.class_of.get(&attrs) {
+            return class;
+        }
+        let next = u32::try_from(self.zones.len()).unwrap_or(u32::MAX);
+        let zone = *self.zones.entry(attrs.zone.clone()).or_insert(next);
+        let class = self.classes.len();
+        self.class_of.insert(attrs.clone(), class);
+        self.classes.push(Class {
+            attrs,
+            zone,
+            by_load: BTreeMap::new(),
+        });
+        class
+    }
+
+    fn attach(&mut self, class: usize, load: Load, name: &str) {
+        self.classes[class]
+            .by_load
+            .entry(load)
+            .or_default()
+            .insert(name.to_owned());
+    }
+
+    fn detach(&mut self, class: usize, load: Load, name: &str) {
+        let by_load = &mut self.classes[class].by_load;
+        if let Some(names) = by_load.get_mut(&load) {
+            names.remove(name);
+            if names.is_empty() {
+                by_load.remove(&load);
+            }
+        }
+    }
+
+    /// Moves alive node `name` to another load (its class stays).
+    fn reload(&mut self, name: &str, load: Load) {
+        let Some(node) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let (class, old) = (node.class, node.load);
+        node.load = load;
+        if node.alive {
+            self.detach(class, old, name);
+            self.attach(class, load, name);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The live index against the pure function, on random small clusters patched step by step.
+
+use std::collections::BTreeMap;
+
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources, ZonePolicy};
+use proptest::prelude::*;
+
+use super::super::Request;
+use super::super::fixture::{Fixture, Inst, Result, res};
+use super::LiveIndex;
+
+const ZONES: [&str; 3] = ["z1", "z2", "z3"];
+const LABELS: [(&str, &str); 3] = [("disk", "ssd"), ("disk", "hdd"), ("gpu", "yes")];
+const TAINTS: [&str; 2] = ["dedicated", "gpu"];
+
+fn pick<T: Copy>(items: &[T], mask: u8) -> Vec<T> {
+    (0..items.len())
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| items[i])
+        .collect()
+}
+
+fn labels(mask: u8) -> BTreeMap<String, String> {
+    pick(&LABELS, mask)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn status(
+    i: usize,
+    (cpu, mem, label, taint, zone, arm): (u64, u64, u8, u8, usize, bool),
+) -> NodeStatus {
+    NodeStatus {
+        name: format!("n{i}"),
+        cpu: Cpu::from_millis(cpu * 500),
+        memory: Memory::from_bytes(mem << 29),
+        labels: labels(label),
+        taints: pick(&TAINTS, taint).into_iter().map(String::from).collect(),
+        zone: ZONES.get(zone).map(|z| z.to_string()),
+        architecture: if arm { "arm64" } else { "amd64" }.into(),
+        ..NodeStatus::default()
+    }
+}
+
+type NodeDraw = (u64, u64, u8, u8, usize, bool);
+
+fn node() -> impl Strategy<Value = NodeDraw> {
+    (
+        0u64..=8,
+        0u64..=8,
+        0u8..8,
+        0u8..2,
+        0usize..4,
+        prop::bool::weighted(0.2),
+    )
+}
+
+fn placement() -> impl Strategy<Value = Placement> {
+    (0u8..3, 0usize..6, 0u8..8, 0u8..8, 0u8..4).prop_map(|(arch, zone, req, pref, accept)| {
+        Placement {
+            architecture: [None, Some("amd64"), Some("arm64")][arch as usize].map(String::from),
+            zone: match zone {
+                0..=2 => None,
+                3 => Some(ZonePolicy::Spread),
+                z => Some(ZonePolicy::Only(ZONES[z - 4].into())),
+            },
+            require: labels(req & 0b101),
+            prefer: labels(pref),
+            accept: pick(&TAINTS, accept)
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        }
+    })
+}
+
+/// One change to the cluster.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Node `i` (modulo the nodes) becomes this.
+    Node(usize, NodeDraw, bool),
+    /// A new instance of service `s` on node `i`.
+    Add(usize, usize, u64, u64),
+    /// Existing instance `i` (modulo) goes away.
+    Remove(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0usize..16, node(), any::<bool>()).prop_map(|(i, d, a)| Step::Node(i, d, a)),
+        (0usize..3, 0usize..16, 0u64..4, 0u64..3).prop_map(|(s, i, c, m)| Step::Add(s, i, c, m)),
+        (0usize..16).prop_map(Step::Remove),
+    ]
+}
+
+fn need(cpu: u64, mem: u64) -> Resources {
+    Resources {
+        cpu: Cpu::from_millis(cpu * 250),
+        memory: Memory::from_bytes(mem << 28),
+    }
+}
+
+/// Reservations of the fixture's existing instances, per node.
+fn reserved(f: &Fixture) -> BTreeMap<&str, Resources> {
+    let mut used: BTreeMap<&str, Resources> = BTreeMap::new();
+    for e in &f.existing {
+        let u = used.entry(&e.node).or_default();
+        u.cpu = Cpu::from_millis(u.cpu.millis().saturating_add(e.resources.cpu.millis()));
+        u.memory = Memory::from_bytes(u.memory.bytes().saturating_add(e.resources.memory.bytes()));
+    }
+    used
+}
+
+fn build(f: &Fixture) -> LiveIndex {
+    let mut index = LiveIndex::default();
+    let used = reserved(f);
+    for (status, alive) in &f.nodes {
+        let r = used.get(status.name.as_str()).copied().unwrap_or_default();
+        index.set_node(&status.name, Some(status), *alive, r);
+    }
+    for e in &f.existing {
+        index.set_instance(&e.instance, Some((&e.service, &e.node)));
+    }
+    index
+}
+
+/// Placements and unsatisfied reasons, owned.
+type Owned = (BTreeMap<String, String>, BTreeMap<String, String>);
+
+/// What the live index decides.
+fn live(index: &mut LiveIndex, f: &Fixture) -> Owned {
+    let requests: Vec<Request<'_>> = f
+        .requests
+        .iter()
+        .map(|i| Request {
+            instance: &i.instance,
+            service: &i.service,
+            resources: i.resources,
+            placement: &i.placement,
+        })
+        .collect();
+    let placed = index.place(&requests);
+    let owned =
+        |m: BTreeMap<&str, String>| m.into_iter().map(|(i, n)| (i.to_string(), n)).collect();
+    (owned(placed.placements), owned(placed.unsatisfied))
+}
+
+/// What the pure function decides.
+fn expected(f: &Fixture) -> Owned {
+    let Result {
+        placements,
+        unsatisfied,
+        ..
+    } = f.run();
+    (placements, unsatisfied)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn patched_index_places_like_the_pure_function(
+        nodes in prop::collection::vec(node(), 1..10),
+        services in prop::collection::vec(placement(), 3),
+        requests in prop::collection::vec((0usize..3, 0u64..4, 0u64..3), 1..12),
+        steps in prop::collection::vec(step(), 0..12),
+    ) {
+        let mut f = Fixture { rebalance: super::super::Rebalance::Off, ..Fixture::default() };
+        for (i, draw) in nodes.iter().enumerate() {
+            f.nodes.push((status(i, *draw), true));
+        }
+        for (i, &(s, cpu, mem)) in requests.iter().enumerate() {
+            f.requests.push(Inst {
+                instance: format!("r{i:02}"),
+                service: format!("svc{s}"),
+                node: String::new(),
+                resources: need(cpu, mem),
+                placement: services[s].clone(),
+            });
+        }
+        let mut index = build(&f);
+        prop_assert_eq!(live(&mut index, &f), expected(&f));
+        for (k, step) in steps.into_iter().enumerate() {
+            let mut touched = Vec::new();
+            match step {
+                Step::Node(i, draw, alive) => {
+                    let i = i % (f.nodes.len() + 1);
+                    if i == f.nodes.len() {
+                        f.nodes.push((status(i, draw), alive));
+                    } else {
+                        f.nodes[i] = (status(i, draw), alive);
+                    }
+                    touched.push(f.nodes[i].0.name.clone());
+                }
+                Step::Add(s, i, cpu, mem) => {
+                    let node = format!("n{}", i % (f.nodes.len() + 1));
+                    let e = Inst {
+                        instance: format!("e{k:02}"),
+                        service: format!("svc{s}"),
+                        node: node.clone(),
+                        resources: need(cpu, mem),
+                        placement: services[s].clone(),
+                    };
+                    index.set_instance(&e.instance, Some((&e.service, &e.node)));
+                    f.existing.push(e);
+                    touched.push(node);
+                }
+                Step::Remove(i) if !f.existing.is_empty() => {
+                    let e = f.existing.remove(i % f.existing.len());
+                    prop_assert!(index.set_instance(&e.instance, None).is_some());
+                    touched.push(e.node);
+                }
+                Step::Remove(_) => {}
+            }
+            let used = reserved(&f);
+            for name in &touched {
+                let node = f.nodes.iter().find(|(s, _)| &s.name == name);
+                let r = used.get(name.as_str()).copied().unwrap_or_default();
+                index.set_node(name, node.map(|(s, _)| s), node.is_some_and(|(_, a)| *a), r);
+            }
+            prop_assert_eq!(live(&mut index, &f), expected(&f), "after step {}", k);
+            prop_assert_eq!(live(&mut index, &f), live(&mut build(&f), &f), "same as fresh");
+        }
+    }
+}
+
+#[test]
+fn spread_fills_the_emptiest_zone_then_holders_when_nothing_is_free() {
+    let spread = Placement {
+        zone: Some(ZonePolicy::Spread),
+        ..Placement::default()
+    };
+    let mut f = Fixture::default();
+    for (name, zone) in [("a1", "z1"), ("a2", "z1"), ("b1", "z2")] {
+        f = f
+            .node(name, "4", "8Gi")
+            .with(|n| n.zone = Some(zone.into()));
+    }
+    let f = f
+        .existing("web", "a1", 1, res("1", "1Gi"))
+        .existing("web", "b1", 2, res("1", "1Gi"))
+        .request("web", 4, res("1", "1Gi"), &spread);
+    let mut index = build(&f);
+    let placed = live(&mut index, &f);
+    assert_eq!(placed, expected(&f));
+    assert_eq!(placed.0.len(), 4);
+    // Unchanged by placing: the same call gives the same answer.
+    assert_eq!(live(&mut index, &f), placed);
+}

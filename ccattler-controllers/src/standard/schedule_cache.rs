@@ -1,0 +1,164 @@
+//! [`ScheduleCache`]: the scheduler controller's [`Cluster`] and [`LiveIndex`], patched together
+//! from one snapshot to the next.
+
+use std::collections::BTreeSet;
+
+use parking_lot::Mutex;
+
+use ccattler_core::schema::{self, Resources};
+use ccattler_core::{FactView, Key};
+
+use super::cluster::Cluster;
+use crate::scheduler::LiveIndex;
+
+/// What the scheduler controller keeps between passes, all derived from the last view.
+#[derive(Debug)]
+pub(crate) struct ScheduleState {
+    view: FactView,
+    /// The cluster of the view.
+    pub cluster: Cluster,
+    /// The nodes, reservations and placed instances of the view, for the scheduler.
+    pub index: LiveIndex,
+    /// Instances whose placement did not mirror their desired record in the last pass.
+    pub pending: BTreeSet<String>,
+}
+
+/// Keeps a [`ScheduleState`] in step with the snapshots the scheduler controller is handed.
+///
+/// # Guarantees
+///
+/// The state handed to a pass is the one a first read of the same view builds; only the cost
+/// differs. It is taken out while a pass runs and put back only when the pass succeeds, so a
+/// panic or an error makes the next pass start afresh from its view.
+#[derive(Debug, Default)]
+pub(crate) struct ScheduleCache {
+    last: Mutex<Option<ScheduleState>>,
+}
+
+impl ScheduleCache {
+    /// Runs `pass` on the state of `view` and the instances whose placement may no longer
+    /// mirror their desired record (every instance after a fresh read; otherwise those whose
+    /// records changed since the previous pass, and those that did not mirror it then).
+    pub fn run<R, E>(
+        &self,
+        view: &FactView,
+        pass: impl FnOnce(&mut ScheduleState, BTreeSet<String>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let previous = self.last.lock().take();
+        let (mut state, mut check) = match previous {
+            Some(mut state) => {
+                let check = patch(&mut state, view);
+                (state, check)
+            }
+            None => read(view),
+        };
+        check.extend(std::mem::take(&mut state.pending));
+        let out = pass(&mut state, check)?;
+        *self.last.lock() = Some(state);
+        Ok(out)
+    }
+}
+
+/// The state of `view` from scratch, and every instance to check.
+fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
+    let mut cluster = Cluster::read(view);
+    cluster.take_touched();
+    let mut index = LiveIndex::default();
+    for (name, status) in &cluster.nodes {
+        index.set_node(
+            name,
+            Some(status),
+            cluster.alive.contains(name),
+            reserved(&cluster, name),
+        );
+    }
+    for instance in cluster.instances.values() {
+        if let Some(node) = &instance.node {
+            index.set_instance(&instance.id, Some((&instance.desired.service, node)));
+        }
+    }
+    let check = cluster.instances.keys().cloned().collect();
+    let state = ScheduleState {
+        view: view.clone(),
+        cluster,
+        index,
+        pending: BTreeSet::new(),
+    };
+    (state, check)
+}
+
+/// Patches `state` to `view`; returns the instances whose records changed.
+fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    let mut nodes = BTreeSet::new();
+    let mut services = BTreeSet::new();
+    for (key, _, new) in view.changes_since(&state.view) {
+        state.cluster.apply(key, new);
+        classify(key, &mut ids, &mut nodes, &mut services);
+    }
+    state.cluster.take_touched();
+    let cluster = &state.cluster;
+    let index = &mut state.index;
+    for id in &ids {
+        let now = cluster.instances.get(id).and_then(|instance| {
+            let node = instance.node.as_deref()?;
+            Some((instance.desired.service.as_str(), node))
+        });
+        if let Some((_, node)) = now {
+            nodes.insert(node.to_owned());
+        }
+        if let Some((_, node)) = index.set_instance(id, now) {
+            nodes.insert(node);
+        }
+    }
+    // A service's resources changed: so did the reservation of every node holding it.
+    for service in &services {
+        nodes.extend(index.nodes_of(service));
+    }
+    for name in &nodes {
+        index.set_node(
+            name,
+            cluster.nodes.get(name),
+            cluster.alive.contains(name),
+            reserved(cluster, name),
+        );
+    }
+    state.view = view.clone();
+    ids
+}
+
+/// Notes what a changed key bears on: an instance, a node, or a service's spec.
+fn classify(
+    key: &Key,
+    ids: &mut BTreeSet<String>,
+    nodes: &mut BTreeSet<String>,
+    services: &mut BTreeSet<String>,
+) {
+    if let Some(rest) = key.strip_prefix(schema::PLACEMENTS) {
+        if let Some((node, id)) = rest.split_once('/') {
+            nodes.insert(node.to_owned());
+            ids.insert(id.to_owned());
+        }
+    } else if let Some(id) = key.strip_prefix(schema::INSTANCES) {
+        ids.insert(id.to_owned());
+    } else if let Some(node) = key
+        .strip_prefix(schema::NODE_LEASES)
+        .or_else(|| key.strip_prefix(schema::NODES))
+    {
+        nodes.insert(node.to_owned());
+    } else if let Some(service) = key.strip_prefix(schema::SERVICES) {
+        services.insert(service.to_owned());
+    }
+}
+
+/// What the cluster reserves on node `name`.
+fn reserved(cluster: &Cluster, name: &str) -> Resources {
+    cluster
+        .usage
+        .get(name)
+        .map(|u| Resources {
+            cpu: u.cpu,
+            memory: u.memory,
+        })
+        .unwrap_or_default()
+}
