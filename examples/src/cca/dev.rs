@@ -25,12 +25,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ccattler_controllers::lang::{Compiled, SourceFile};
-use ccattler_core::schema::{self, Cpu, Memory, ProbeCheck, format_duration};
+use ccattler_core::schema::{Cpu, Memory, ProbeCheck, format_duration};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::check::check_file;
 use super::cluster::{DevCluster, DevConfig, RuntimeKind};
 use super::display::Display;
+use super::flags::{parse_cpu, parse_label, parse_memory, parse_time, parse_zone};
 use super::progress::{ClusterStatus, StatusFollower};
 use super::{CliError, EXIT_FAILURE, EXIT_TIMEOUT, read_source};
 
@@ -336,37 +337,6 @@ impl Signals {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}
         }
-    }
-}
-
-fn parse_cpu(text: &str) -> Result<Cpu, String> {
-    text.parse()
-        .map_err(|err: schema::SchemaError| err.to_string())
-}
-
-fn parse_memory(text: &str) -> Result<Memory, String> {
-    text.parse()
-        .map_err(|err: schema::SchemaError| err.to_string())
-}
-
-fn parse_time(text: &str) -> Result<Duration, String> {
-    schema::parse_duration(text).map_err(|err| err.to_string())
-}
-
-fn parse_zone(text: &str) -> Result<String, String> {
-    let zone = text.trim();
-    if zone.is_empty() || zone.contains('/') {
-        return Err("a zone is a non-empty name without `/`".to_owned());
-    }
-    Ok(zone.to_owned())
-}
-
-fn parse_label(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => {
-            Ok((key.trim().to_owned(), value.trim().to_owned()))
-        }
-        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
     }
 }
 

@@ -96,9 +96,8 @@ impl HttpStore {
             .map_err(|_| StoreError::Timeout(self.timeout))?
             .map_err(|err| StoreError::unavailable(err.to_string()))?;
         let json = answer.map_err(store_error)?;
-        serde_json::from_value(json).map_err(|err| {
-            StoreError::unavailable(format!("unexpected answer from {path}: {err}"))
-        })
+        serde_json::from_value(json)
+            .map_err(|err| StoreError::unavailable(format!("unexpected answer from {path}: {err}")))
     }
 }
 
@@ -173,7 +172,11 @@ impl FactStore for HttpStore {
 
     async fn watch(&self, prefix: &str, start: Revision) -> Result<Self::Watch, StoreError> {
         ccattler_core::key::validate_prefix(prefix)?;
-        let path = format!("/store/watch?prefix={}&from={}", encode(prefix), start.get());
+        let path = format!(
+            "/store/watch?prefix={}&from={}",
+            encode(prefix),
+            start.get()
+        );
         let response =
             tokio::time::timeout(self.timeout, self.client.send(Method::GET, &path, "", &[]))
                 .await

@@ -7,11 +7,11 @@
 //! | `cca fmt FILE` | [`fmt`] | prints (or writes, or checks) the canonical format |
 //! | `cca completions SHELL` | [`completions`] | shell completions |
 //! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store |
+//! | `cca agent` | [`agent`] | one node's agent over the API's store protocol ([`http_store`]) |
 //! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], [`sse`]) |
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
-//! status from the store's facts. `cca agent` (a node agent talking to the server over HTTP)
-//! comes later.
+//! status from the store's facts; [`flags`] parses the values `dev` and `agent` share.
 //!
 //! # Exit codes
 //!
@@ -21,6 +21,7 @@
 //! | 1 | invalid input (diagnostics printed), an unformatted file under `fmt --check`, or a failure |
 //! | 2 | `cca dev --until-converged` timed out (the status is printed), or bad command-line usage |
 
+pub mod agent;
 pub mod api;
 pub mod check;
 pub mod client;
@@ -28,6 +29,7 @@ pub mod cluster;
 pub mod completions;
 pub mod dev;
 pub mod display;
+pub mod flags;
 pub mod fmt;
 pub mod http_store;
 pub mod progress;
@@ -77,6 +79,8 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Serve the HTTP API and run the standard controllers.
     Server(server::ServerArgs),
+    /// Run one node's agent against `cca server`.
+    Agent(agent::AgentArgs),
     /// Apply a .cca file through the API (all of it or nothing).
     Apply(remote::ApplyArgs),
     /// Print the facts under a key prefix (never secrets).
@@ -153,6 +157,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Fmt(args) => fmt::run(&args),
         Command::Completions(args) => Ok(completions::run(&args)),
         Command::Server(args) => server::run(&args),
+        Command::Agent(args) => agent::run(&args),
         Command::Apply(args) => remote::apply(&args),
         Command::Get(args) => remote::get(&args),
         Command::Query(args) => remote::query(&args),

@@ -219,7 +219,12 @@ async fn admin_token<S: FactStore>(store: &S, file: Option<&Path>) -> Result<(),
     Ok(())
 }
 
-fn write_secret(path: &Path, token: &str) -> Result<(), CliError> {
+/// Writes `token` to a new file at `path`, readable by its owner only (mode 0600).
+///
+/// # Errors
+///
+/// [`CliError::Write`] when the file exists already or cannot be written.
+pub fn write_secret(path: &Path, token: &str) -> Result<(), CliError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new()

@@ -52,8 +52,8 @@ use serde_json::json;
 use super::auth::{AUTH_PREFIX, Principal};
 use super::error::ApiError;
 use super::wire::{
-    GetAnswer, GetRequest, LeaseRequest, PutRequest, RevisionBody, ScanAnswer, ScanRequest, TxnAnswer,
-    WireError, WireEvent, WireFact, WireLease, WireTxn, decode_value,
+    GetAnswer, GetRequest, LeaseRequest, PutRequest, RevisionBody, ScanAnswer, ScanRequest,
+    TxnAnswer, WireError, WireEvent, WireFact, WireLease, WireTxn, decode_value,
 };
 use super::{ApiState, hidden, parse_json};
 
@@ -118,7 +118,9 @@ async fn check_readable<S: FactStore>(
     key: &Key,
 ) -> Result<(), ApiError> {
     if key.as_str().starts_with(AUTH_PREFIX) {
-        return Err(denied(format!("{key}: keys under auth/ are never readable")));
+        return Err(denied(format!(
+            "{key}: keys under auth/ are never readable"
+        )));
     }
     let Some(secret) = key.as_str().strip_prefix(schema::SECRETS) else {
         return Ok(());
@@ -216,7 +218,8 @@ pub async fn put<S: FactStore + Clone>(
     let request: PutRequest = parse_json(&body?)?;
     let key = key(request.key)?;
     check_writable(&principal, &key)?;
-    let value = decode_value(&request.value).map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let value =
+        decode_value(&request.value).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let revision = match request.lease.map(LeaseId) {
         Some(lease) => {
             check_lease_owner(&api.store, &principal, lease).await?;
@@ -396,9 +399,9 @@ pub async fn watch<S: FactStore + Clone>(
         .filter_map(|item| async move {
             match item {
                 Ok(event) if hidden(event.key().as_str()) => None,
-                Ok(event) => Some(Ok(Event::default()
-                    .event("change")
-                    .data(serde_json::to_string(&WireEvent::from(&event)).unwrap_or_default()))),
+                Ok(event) => Some(Ok(Event::default().event("change").data(
+                    serde_json::to_string(&WireEvent::from(&event)).unwrap_or_default(),
+                ))),
                 Err(err) => Some(Err(err)),
             }
         })
@@ -409,9 +412,9 @@ pub async fn watch<S: FactStore + Clone>(
             } else {
                 *ended = item.is_err();
                 Some(item.unwrap_or_else(|err| {
-                    Event::default().event("error").data(
-                        serde_json::to_string(&WireError::from(&err)).unwrap_or_default(),
-                    )
+                    Event::default()
+                        .event("error")
+                        .data(serde_json::to_string(&WireError::from(&err)).unwrap_or_default())
                 }))
             };
             async move { out }

@@ -270,7 +270,8 @@ impl WireTxn {
                 WireTarget::CreateRevision(r) => CompareTarget::CreateRevision(Revision(r)),
                 WireTarget::Version(v) => CompareTarget::Version(v),
             };
-            txn.compares.push(Compare::new(Key::new(c.key)?, op, target));
+            txn.compares
+                .push(Compare::new(Key::new(c.key)?, op, target));
         }
         for op in self.then {
             txn.then.push(op.into_op()?);
@@ -297,7 +298,9 @@ impl WireOp {
                 value: decode_value(&value)?,
                 lease: lease.map(LeaseId),
             },
-            WireOp::Delete { key } => Op::Delete { key: Key::new(key)? },
+            WireOp::Delete { key } => Op::Delete {
+                key: Key::new(key)?,
+            },
         })
     }
 }
@@ -513,7 +516,11 @@ impl WireError {
                 Ok(k) => StoreError::DuplicateKey(k),
                 Err(err) => err,
             },
-            WireError::ValueTooLarge { key: k, size, limit } => match key(k) {
+            WireError::ValueTooLarge {
+                key: k,
+                size,
+                limit,
+            } => match key(k) {
                 Ok(key) => StoreError::ValueTooLarge { key, size, limit },
                 Err(err) => err,
             },
@@ -532,9 +539,7 @@ impl WireError {
             WireError::InvalidTtl { ttl_ms } => {
                 StoreError::InvalidTtl(Duration::from_millis(ttl_ms))
             }
-            WireError::Timeout { after_ms } => {
-                StoreError::Timeout(Duration::from_millis(after_ms))
-            }
+            WireError::Timeout { after_ms } => StoreError::Timeout(Duration::from_millis(after_ms)),
             WireError::Denied { message } => StoreError::Denied(message),
             WireError::Other { message } => StoreError::unavailable(message),
         }

@@ -1,0 +1,347 @@
+//! `cca agent`: one node's agent, talking to `cca server` over HTTP.
+//!
+//! # Expected flow
+//!
+//! 1. The node's credential is found: `--token` when given; else the credential saved in
+//!    `{state-dir}/credential` by an earlier start; else `--enroll TOKEN` exchanges a one-time
+//!    enrollment token (from `cca token create`) for a credential at `POST /api/enroll`, and
+//!    saves it there (mode 0600), so a restarted agent needs no new token.
+//! 2. The credential is checked with one request: a refused credential stops the agent with
+//!    exit 1; an unreachable server does not (the agent keeps running what its cache says and
+//!    connects when the server comes).
+//! 3. The standard `NodeAgent` runs over an [`HttpStore`]: it registers the node under a lease
+//!    (`--lease-ttl`), follows its placements, runs them on the runtime (`--runtime process`
+//!    under `{state-dir}/runtime`, `containerd`, or `sim`) and reports what runs.
+//! 4. Ctrl-C or SIGTERM stops the agent. Workloads keep running: a restarted agent (same
+//!    `--state-dir`) adopts them again, and an agent that stays away past its lease has its
+//!    instances replaced elsewhere by the controllers.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_core::schema::{Cpu, Memory};
+use ccattler_core::{FactStore, Runtime, StoreError};
+use ccattler_runtime::agent::{AgentConfig, NodeAgent};
+use ccattler_runtime::process::ProcessRuntime;
+use ccattler_runtime::simulator::SimulatorRuntime;
+use hyper::Method;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::client::{ApiClient, ClientArgs};
+use super::flags::{parse_cpu, parse_label, parse_memory, parse_time, parse_zone};
+use super::http_store::HttpStore;
+use super::server::write_secret;
+use super::{CliError, EXIT_FAILURE};
+
+/// The runtime `cca agent` runs instances on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentRuntime {
+    /// Each instance's command as a real process (no root needed; the image is ignored).
+    #[default]
+    Process,
+    /// containerd (builds with the `containerd` feature; see --containerd-socket).
+    Containerd,
+    /// Nothing runs; instances are simulated in memory.
+    Sim,
+}
+
+/// Arguments of `cca agent`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Run one node's agent against `cca server`: register the node under a \
+    lease, run the instances placed on it and report what runs. Authenticate with --token \
+    (a node credential), or enroll once with --enroll (a one-time token from \
+    `cca token create`); the credential is kept in --state-dir for later starts. Ctrl-C stops \
+    the agent and leaves the workloads running for the next start to adopt."
+)]
+pub struct AgentArgs {
+    /// The API server's base URL.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "CCATTLER_SERVER",
+        default_value = "http://127.0.0.1:7420"
+    )]
+    pub server: String,
+    /// This node's credential.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CCATTLER_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// A one-time enrollment token, exchanged at first start for a credential saved in
+    /// --state-dir.
+    #[arg(long, value_name = "TOKEN", conflicts_with = "token")]
+    pub enroll: Option<String>,
+    /// The node's name (one key segment).
+    #[arg(long, value_name = "NAME")]
+    pub node: String,
+    /// Where the agent keeps its credential, its cache of desired state and (with the process
+    /// runtime) its instances' directories; `./cca-agent-{node}` by default.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The runtime instances run on.
+    #[arg(long, value_enum, default_value_t = AgentRuntime::Process)]
+    pub runtime: AgentRuntime,
+    /// containerd's socket (with --runtime containerd).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/containerd/containerd.sock"
+    )]
+    pub containerd_socket: PathBuf,
+    /// The containerd namespace instances live in (with --runtime containerd).
+    #[arg(long, value_name = "NAME", default_value = "ccattler")]
+    pub containerd_namespace: String,
+    /// Allocatable CPU (`2`, `500m`); this machine's cores by default.
+    #[arg(long, value_name = "CPU", value_parser = parse_cpu)]
+    pub cpu: Option<Cpu>,
+    /// Allocatable memory (`2Gi`); this machine's memory by default.
+    #[arg(long, value_name = "MEMORY", value_parser = parse_memory)]
+    pub memory: Option<Memory>,
+    /// The node's zone.
+    #[arg(long, value_name = "ZONE", value_parser = parse_zone)]
+    pub zone: Option<String>,
+    /// The node's labels (`--labels disk=ssd,tier=web`).
+    #[arg(long, value_name = "K=V", value_delimiter = ',', value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Taints: only services that `accept` them are placed here (`--taints gpu,spot`).
+    #[arg(long, value_name = "TAINT", value_delimiter = ',')]
+    pub taints: Vec<String>,
+    /// The address other nodes reach this node's instances at.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub address: String,
+    /// How long the node stays alive without reaching the server; past it, its instances are
+    /// replaced elsewhere.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
+    pub lease_ttl: Duration,
+    /// How long an instance gets between SIGTERM and SIGKILL when it is stopped.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
+    pub stop_grace: Duration,
+}
+
+impl AgentArgs {
+    fn state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("cca-agent-{}", self.node)))
+    }
+
+    /// The agent's configuration.
+    pub fn config(&self) -> AgentConfig {
+        let mut config = AgentConfig::new(self.node.clone(), self.state_dir().join("agent"))
+            .lease_ttl(self.lease_ttl)
+            .stop_grace(self.stop_grace);
+        if let Some(cpu) = self.cpu {
+            config.cpu = cpu;
+        }
+        if let Some(memory) = self.memory {
+            config.memory = memory;
+        }
+        if let Some(zone) = &self.zone {
+            config = config.zone(zone.clone());
+        }
+        for (key, value) in &self.labels {
+            config = config.label(key.clone(), value.clone());
+        }
+        config.taints.clone_from(&self.taints);
+        config.address.clone_from(&self.address);
+        config
+    }
+}
+
+/// Runs `cca agent`; see the [module docs](self).
+///
+/// # Errors
+///
+/// [`CliError`] when the state directory, the credential or the runtime cannot be set up.
+pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?;
+    runtime.block_on(async {
+        let dir = args.state_dir();
+        std::fs::create_dir_all(&dir).map_err(|source| CliError::Write {
+            path: dir.clone(),
+            source,
+        })?;
+        let token = credential(args, &dir).await?;
+        let store = HttpStore::new(args.server.clone(), token);
+        match store.revision().await {
+            Err(StoreError::Denied(message)) => {
+                eprintln!("cca agent: the server refused this node's credential: {message}");
+                return Ok(ExitCode::from(EXIT_FAILURE));
+            }
+            Err(err) => eprintln!(
+                "cca agent: {} is not reachable yet ({err}); running from the cache meanwhile",
+                args.server
+            ),
+            Ok(_) => {}
+        }
+        match args.runtime {
+            AgentRuntime::Process => {
+                let root = dir.join("runtime");
+                let runtime = ProcessRuntime::new(&root).map_err(|err| {
+                    CliError::Start(format!("the process runtime in {}: {err}", root.display()))
+                })?;
+                serve(args, store, Arc::new(runtime)).await
+            }
+            AgentRuntime::Sim => serve(args, store, Arc::new(SimulatorRuntime::new())).await,
+            AgentRuntime::Containerd => containerd(args, store).await,
+        }
+    })
+}
+
+#[cfg(feature = "containerd")]
+async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliError> {
+    use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
+    let runtime = ContainerdRuntime::connect(
+        &args.containerd_socket,
+        &args.containerd_namespace,
+        ContainerdConfig::default(),
+    )
+    .await
+    .map_err(|err| {
+        CliError::Start(format!(
+            "containerd at {}: {err}",
+            args.containerd_socket.display()
+        ))
+    })?;
+    serve(args, store, Arc::new(runtime)).await
+}
+
+#[cfg(not(feature = "containerd"))]
+async fn containerd(_args: &AgentArgs, _store: HttpStore) -> Result<ExitCode, CliError> {
+    Err(CliError::Start(
+        "this cca was built without containerd support; rebuild with `--features containerd`"
+            .to_owned(),
+    ))
+}
+
+async fn serve<R: Runtime>(
+    args: &AgentArgs,
+    store: HttpStore,
+    runtime: Arc<R>,
+) -> Result<ExitCode, CliError> {
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+    let agent = NodeAgent::new(store, runtime, args.config())
+        .map_err(|err| CliError::Start(format!("the agent: {err}")))?;
+    println!(
+        "cca agent: node {} following {} (runtime: {:?})",
+        args.node, args.server, args.runtime
+    );
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    agent
+        .run(async {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        })
+        .await
+        .map_err(|err| CliError::Cluster(format!("the agent stopped: {err}")))?;
+    eprintln!("cca agent: stopped; the workloads keep running");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The node's credential; see the [module docs](self).
+async fn credential(args: &AgentArgs, dir: &Path) -> Result<String, CliError> {
+    if let Some(token) = &args.token {
+        return Ok(token.clone());
+    }
+    let saved = dir.join("credential");
+    if saved.exists() {
+        let token = std::fs::read_to_string(&saved).map_err(|source| CliError::Read {
+            path: saved.clone(),
+            source,
+        })?;
+        return Ok(token.trim().to_owned());
+    }
+    let Some(enrollment) = &args.enroll else {
+        return Err(CliError::Start(format!(
+            "no credential: give --token, or --enroll with a one-time token from \
+             `cca token create` (no credential is saved in {})",
+            dir.display()
+        )));
+    };
+    let client = ApiClient::new(&ClientArgs {
+        server: args.server.clone(),
+        token: None,
+    });
+    let body = serde_json::json!({ "token": enrollment, "node": args.node }).to_string();
+    let answer = client
+        .json(Method::POST, "/api/enroll", body)
+        .await?
+        .map_err(|failure| CliError::Api(format!("enrolling: {}", failure.message())))?;
+    let token = answer
+        .get("token")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| CliError::Api("enrolling: the answer has no token".to_owned()))?
+        .to_owned();
+    write_secret(&saved, &token)?;
+    eprintln!(
+        "cca agent: enrolled node {}; credential saved in {}",
+        args.node,
+        saved.display()
+    );
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_into_an_agent_config() {
+        use clap::Parser;
+        let cli = super::super::Cli::try_parse_from([
+            "cca",
+            "agent",
+            "--node",
+            "n7",
+            "--token",
+            "t",
+            "--cpu",
+            "500m",
+            "--memory",
+            "1Gi",
+            "--zone",
+            "b",
+            "--labels",
+            "disk=ssd",
+            "--taints",
+            "gpu",
+            "--lease-ttl",
+            "3s",
+        ])
+        .expect("valid flags");
+        let super::super::Command::Agent(args) = cli.command else {
+            panic!("agent");
+        };
+        let config = args.config();
+        assert_eq!(config.node, "n7");
+        assert_eq!(config.cpu, Cpu::from_millis(500));
+        assert_eq!(config.zone.as_deref(), Some("b"));
+        assert_eq!(config.labels.get("disk").map(String::as_str), Some("ssd"));
+        assert_eq!(config.taints, ["gpu"]);
+        assert_eq!(config.lease_ttl, Duration::from_secs(3));
+        assert!(config.cache_dir.ends_with("cca-agent-n7/agent"));
+    }
+
+    #[test]
+    fn token_and_enroll_exclude_each_other() {
+        use clap::Parser;
+        let both = [
+            "cca", "agent", "--node", "n", "--token", "a", "--enroll", "b",
+        ];
+        assert!(super::super::Cli::try_parse_from(both).is_err());
+    }
+}

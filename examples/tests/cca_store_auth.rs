@@ -1,0 +1,183 @@
+//! Who may do what through the store protocol (`/store/...`), driven through `HttpStore` as
+//! `cca agent` drives it: node credentials write only their own keys, use only their own
+//! leases, and read a secret only when a service placed on them declares it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ccattler_core::schema::{self, Assignment};
+use ccattler_core::{FactStore, Key, Op, StoreError, Txn};
+use ccattler_examples::cca::api::auth::{self, Role};
+use ccattler_examples::cca::api::{ApiConfig, ServerHandle};
+use ccattler_examples::cca::http_store::HttpStore;
+use ccattler_store::MemoryStore;
+
+const DOC: &str = "service web {\n    image web:1\n    secret db-pass\n}\n";
+
+struct Setup {
+    store: MemoryStore,
+    server: ServerHandle,
+}
+
+impl Setup {
+    async fn start() -> Setup {
+        let store = MemoryStore::new();
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let server = ServerHandle::start(store.clone(), ApiConfig::default(), addr)
+            .await
+            .expect("server starts");
+        Setup { store, server }
+    }
+
+    /// An `HttpStore` with a new token of `role`.
+    async fn client(&self, role: Role) -> HttpStore {
+        let token = auth::generate_token();
+        auth::store_token(&self.store, &token, role, None)
+            .await
+            .expect("token");
+        HttpStore::new(self.server.url(), token)
+    }
+
+    async fn node(&self, name: &str) -> HttpStore {
+        self.client(Role::Node {
+            node: name.to_owned(),
+        })
+        .await
+    }
+}
+
+fn key(text: &str) -> Key {
+    Key::new(text).expect("key")
+}
+
+fn assert_denied<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
+    assert!(
+        matches!(result, Err(StoreError::Denied(_))),
+        "{what}: expected a refusal, got {result:?}"
+    );
+}
+
+#[tokio::test]
+async fn nodes_write_only_their_own_keys_and_nothing_is_written_on_refusal() {
+    let setup = Setup::start().await;
+    let (n1, admin) = (setup.node("n1").await, setup.client(Role::Admin).await);
+    n1.put(&key("observed/node/n1"), "{}".into())
+        .await
+        .expect("own key");
+    let before = setup.store.revision().await.expect("revision");
+    assert_denied(
+        n1.put(&key("observed/node/n2"), "{}".into()).await,
+        "another node's key",
+    );
+    assert_denied(
+        n1.delete(&key("desired/service/web")).await,
+        "desired state",
+    );
+    let mixed = Txn::new()
+        .then(Op::put(key("observed/instance/n1/i-1"), "{}"))
+        .then(Op::put(key("desired/service/web"), "{}"));
+    assert_denied(n1.txn(mixed).await, "a txn with one foreign write");
+    let hidden_compare = Txn::new()
+        .when(ccattler_core::Compare::value_equals(
+            key("secret/db-pass"),
+            "guess",
+        ))
+        .then(Op::put(key("observed/node/n1"), "{}"));
+    assert_denied(n1.txn(hidden_compare).await, "a compare on a secret");
+    assert_denied(
+        admin.put(&key("auth/token/x"), "{}".into()).await,
+        "an admin writing auth/",
+    );
+    assert_eq!(setup.store.revision().await.expect("revision"), before);
+
+    let wrong = HttpStore::new(setup.server.url(), "cca_wrong");
+    assert_denied(wrong.revision().await, "a wrong token");
+    setup.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_nodes_lease_is_its_own() {
+    let setup = Setup::start().await;
+    let (n1, n2) = (setup.node("n1").await, setup.node("n2").await);
+    let lease = n1
+        .grant_lease(Duration::from_secs(30))
+        .await
+        .expect("grant");
+    n1.keep_alive(lease.id).await.expect("own lease");
+    n1.put_with_lease(&key("lease/node/n1"), "n1".into(), lease.id)
+        .await
+        .expect("own key on own lease");
+    assert_denied(n2.keep_alive(lease.id).await, "keep-alive of n1's lease");
+    assert_denied(n2.revoke_lease(lease.id).await, "revoke of n1's lease");
+    assert_denied(
+        n2.put_with_lease(&key("lease/node/n2"), "n2".into(), lease.id)
+            .await,
+        "n2's key on n1's lease",
+    );
+    // The lease lives on; its owner ends it.
+    n1.revoke_lease(lease.id).await.expect("revoke");
+    assert!(
+        setup
+            .store
+            .get(&key("lease/node/n1"))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(matches!(
+        n1.keep_alive(lease.id).await,
+        Err(StoreError::LeaseNotFound(_))
+    ));
+    setup.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn secrets_reach_only_the_nodes_that_run_them() {
+    let setup = Setup::start().await;
+    let admin = setup.client(Role::Admin).await;
+    let file = ccattler_controllers::lang::SourceFile::new("app.cca", DOC);
+    let compiled = ccattler_controllers::lang::check(&file).expect("a valid file");
+    for (fact_key, value) in compiled.to_facts() {
+        admin.put(&fact_key, value).await.expect("desired state");
+    }
+    let secret = key("secret/db-pass");
+    admin
+        .put(&secret, "hunter2".into())
+        .await
+        .expect("an admin writes secrets");
+    let (n1, n2) = (setup.node("n1").await, setup.node("n2").await);
+    assert_denied(admin.get(&secret).await, "an admin reading a secret");
+    assert_denied(n1.get(&secret).await, "a node running nothing");
+
+    let assignment = Assignment {
+        instance: "web-1".to_owned(),
+        service: "web".to_owned(),
+        node: "n1".to_owned(),
+        version: String::new(),
+        state: Default::default(),
+    };
+    setup
+        .store
+        .put(
+            &key(&format!("{}n1/web-1", schema::PLACEMENTS)),
+            schema::encode(&assignment),
+        )
+        .await
+        .expect("placement");
+    let read = n1.get(&secret).await.expect("n1 runs web");
+    assert_eq!(read.expect("present").value, "hunter2");
+    assert_denied(n2.get(&secret).await, "n2 runs nothing of web");
+    // Scans and watches never show secrets or tokens, whoever asks.
+    for store in [&admin, &n1] {
+        let scan = store.scan("").await.expect("scan");
+        assert!(
+            scan.facts
+                .iter()
+                .all(|f| !f.key.as_str().starts_with("secret/")
+                    && !f.key.as_str().starts_with("auth/")),
+            "{:?}",
+            scan.facts
+        );
+    }
+    setup.server.shutdown().await;
+}
