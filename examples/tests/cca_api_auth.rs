@@ -122,3 +122,91 @@ async fn enrollment_tokens_are_single_use_and_expire_and_node_credentials_stay_i
     assert_eq!(nodes["nodes"][0]["alive"], true);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn enrollment_attempts_are_rate_limited_per_address() {
+    let h = Harness::start().await;
+    let anonymous = h.as_token(None);
+    let before = h.revision().await;
+    let body = json!({"token": "cca_guess", "node": "n1"}).to_string();
+    // The burst of 10 is refused for the bad token (401); the 11th for the rate (429).
+    for attempt in 0..10 {
+        let (status, answer) = call(&anonymous, "POST", "/api/enroll", body.clone()).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "attempt {attempt}: {answer}"
+        );
+    }
+    let response = anonymous
+        .send(hyper::Method::POST, "/api/enroll", body, &[])
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After header in seconds");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(h.revision().await, before, "refusals write nothing");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn expired_enrollment_tokens_are_deleted_by_the_store() {
+    use ccattler_core::ManualClock;
+    use ccattler_store::{MemoryConfig, MemoryStore};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
+    let token = auth::generate_token();
+    auth::store_token(&store, &token, Role::Enroll, Some(Duration::from_secs(600)))
+        .await
+        .expect("token");
+    let admin = auth::generate_token();
+    auth::store_token(&store, &admin, Role::Admin, None)
+        .await
+        .expect("admin token");
+    clock.advance(Duration::from_secs(599));
+    store.expire_leases();
+    assert!(
+        store
+            .get(&auth::token_key(&token))
+            .await
+            .expect("get")
+            .is_some()
+    );
+    clock.advance(Duration::from_secs(2));
+    store.expire_leases();
+    assert!(
+        store
+            .get(&auth::token_key(&token))
+            .await
+            .expect("get")
+            .is_none(),
+        "an expired enrollment token is gone from the store"
+    );
+    assert!(
+        store
+            .get(&auth::token_key(&admin))
+            .await
+            .expect("get")
+            .is_some(),
+        "tokens without expiry stay"
+    );
+    // A ttl no lease can have is refused.
+    assert!(
+        auth::store_token(
+            &store,
+            &token,
+            Role::Enroll,
+            Some(Duration::from_secs(400 * 86_400))
+        )
+        .await
+        .is_err()
+    );
+}

@@ -72,6 +72,9 @@ pub struct ServerArgs {
     /// The largest request body accepted, in bytes; larger ones get 413.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub max_body: usize,
+    /// Enrollment attempts allowed per client address and minute; more get 429.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub enroll_per_minute: u32,
 }
 
 /// Runs `cca server`; see the [module docs](self).
@@ -159,6 +162,7 @@ where
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ApiConfig {
         max_body: args.max_body,
+        enroll_per_minute: args.enroll_per_minute,
     };
     let mut api_task = tokio::spawn(api::serve(store, config, listener, async {
         let _ = api_stopped.await;

@@ -19,10 +19,15 @@
 //! - A request without a valid, unexpired token gets 401 and writes nothing.
 //! - An enrollment token is consumed by a transaction guarded by its own mod revision: of two
 //!   concurrent enrollments with the same token, exactly one succeeds.
+//! - A token with an expiry is stored under a lease of the same length, so the store itself
+//!   deletes it once it expires: unused enrollment tokens leave nothing behind.
+//! - `POST /api/enroll` is rate-limited per client address ([`EnrollLimit`]); attempts over the
+//!   limit get 429 and never reach the store.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -132,11 +137,13 @@ pub fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Stores `token` with `role`, expiring after `ttl` (never when `None`).
+/// Stores `token` with `role`, expiring after `ttl` (never when `None`). An expiring token is
+/// put under a lease of `ttl`, so the store deletes it when it expires.
 ///
 /// # Errors
 ///
-/// The store's error.
+/// The store's error; [`StoreError::InvalidTtl`](ccattler_core::StoreError::InvalidTtl) for a
+/// `ttl` the store's leases cannot have (under 1 s, or over a year).
 pub async fn store_token<S: FactStore>(
     store: &S,
     token: &str,
@@ -148,8 +155,59 @@ pub async fn store_token<S: FactStore>(
         expires_at: ttl.map(|ttl| now_secs().saturating_add(ttl.as_secs().max(1))),
     };
     let value = serde_json::to_vec(&record).unwrap_or_default();
-    store.put(&token_key(token), value.into()).await?;
+    match ttl {
+        Some(ttl) => {
+            let lease = store.grant_lease(ttl).await?;
+            store
+                .put_with_lease(&token_key(token), value.into(), lease.id)
+                .await?;
+        }
+        None => {
+            store.put(&token_key(token), value.into()).await?;
+        }
+    }
     Ok(record)
+}
+
+/// The rate limit of `POST /api/enroll`, per client address.
+#[derive(Debug)]
+pub struct EnrollLimit {
+    limiter: governor::DefaultKeyedRateLimiter<Option<IpAddr>>,
+}
+
+impl EnrollLimit {
+    /// Allows `per_minute` attempts per address and minute (at least one), in bursts of up to 10.
+    pub fn per_minute(per_minute: u32) -> Self {
+        let rate = std::num::NonZeroU32::new(per_minute).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst =
+            std::num::NonZeroU32::new(per_minute.min(10)).unwrap_or(std::num::NonZeroU32::MIN);
+        let quota = governor::Quota::per_minute(rate).allow_burst(burst);
+        EnrollLimit {
+            limiter: governor::RateLimiter::keyed(quota),
+        }
+    }
+
+    /// Takes one attempt for `client` (`None`: an unknown address, which shares one limit).
+    ///
+    /// # Errors
+    ///
+    /// [`ApiError`] 429 with `Retry-After` (in `retry_after_secs` too) when over the limit.
+    pub fn check(&self, client: Option<IpAddr>) -> Result<(), ApiError> {
+        use governor::clock::{Clock as _, DefaultClock};
+        // Forget addresses that are back to a full allowance, now and then.
+        if self.limiter.len() > 10_000 {
+            self.limiter.retain_recent();
+        }
+        self.limiter.check_key(&client).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                format!("too many enrollment attempts from this address; retry in {secs} s"),
+            )
+            .with(serde_json::json!({ "retry_after_secs": secs }))
+        })
+    }
 }
 
 /// Looks a token up; `None` when unknown, undecodable or expired.
@@ -213,8 +271,11 @@ pub struct EnrollRequest {
 /// `POST /api/enroll`: exchanges a one-time enrollment token for a node credential.
 pub async fn enroll<S: FactStore + Clone>(
     State(api): State<ApiState<S>>,
+    client: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
+    api.enroll_limit
+        .check(client.map(|axum::Extension(ConnectInfo(addr))| addr.ip()))?;
     let request: EnrollRequest = super::parse_json(&body?)?;
     if request.node.is_empty()
         || request.node.contains('/')

@@ -92,12 +92,20 @@ impl From<QueryRejection> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The JSON body; a `retry_after_secs` extra field is also sent as `Retry-After`.
     fn into_response(self) -> Response {
+        let retry_after = self.extra.get("retry_after_secs").and_then(Json_::as_u64);
         let mut body = json!({ "error": self.message });
         if let (Some(body), Json_::Object(extra)) = (body.as_object_mut(), self.extra) {
             body.extend(extra);
         }
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

@@ -21,7 +21,8 @@
 //! # Limits
 //!
 //! Bodies over [`ApiConfig::max_body`] (1 MiB by default) get 413; malformed JSON or text gets
-//! 400. Handlers never unwrap request data.
+//! 400. Enrollment attempts beyond [`ApiConfig::enroll_per_minute`] from one address get 429
+//! with `Retry-After`. Handlers never unwrap request data.
 
 pub mod auth;
 pub mod changes;
@@ -33,6 +34,7 @@ pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -53,25 +55,40 @@ pub const DEFAULT_PORT: u16 = 7420;
 pub struct ApiConfig {
     /// The largest request body accepted; larger ones get 413.
     pub max_body: usize,
+    /// Enrollment attempts (`POST /api/enroll`) allowed per client address and minute, in
+    /// bursts of up to 10; more get 429. Zero is taken as one.
+    pub enroll_per_minute: u32,
 }
 
 impl Default for ApiConfig {
-    /// 1 MiB bodies.
+    /// 1 MiB bodies; 30 enrollment attempts per client address and minute.
     fn default() -> Self {
-        ApiConfig { max_body: 1 << 20 }
+        ApiConfig {
+            max_body: 1 << 20,
+            enroll_per_minute: 30,
+        }
     }
 }
 
-/// What every handler shares: the store.
+/// What every handler shares: the store, and the enrollment rate limit.
 #[derive(Clone, Debug)]
 pub struct ApiState<S> {
     /// The cluster's store.
     pub store: S,
+    /// Limits `POST /api/enroll` per client address.
+    pub enroll_limit: Arc<auth::EnrollLimit>,
 }
 
 /// The API's routes over `store`; see the [module docs](self).
+///
+/// Serve it with [`serve`] (or `into_make_service_with_connect_info::<SocketAddr>()`) so the
+/// enrollment rate limit can tell clients apart; without the client's address, every
+/// enrollment shares one limit.
 pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
-    let api = ApiState { store };
+    let api = ApiState {
+        store,
+        enroll_limit: Arc::new(auth::EnrollLimit::per_minute(config.enroll_per_minute)),
+    };
     let authenticated = Router::new()
         .route(
             "/state",
@@ -127,7 +144,8 @@ pub async fn serve<S: FactStore + Clone>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(store, config))
+    let app = router(store, config).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
 }
