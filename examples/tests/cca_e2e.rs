@@ -114,7 +114,7 @@ fn start_agent(dir: &Path, url: &str, node: &str, enroll: &str) -> Child {
         .arg(&state)
         .args(["--cpu", "4", "--memory", "4Gi", "--stop-grace", "1s"])
         .args(["--lease-ttl", &format!("{}s", LEASE_TTL.as_secs())])
-        .env_remove("CCATTLER_TOKEN")
+        .env_remove("CCATTLER_NODE_TOKEN")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -198,6 +198,24 @@ async fn server_two_agents_kill_and_restart() {
         server: url.clone(),
         token: Some(admin.clone()),
     });
+
+    // An agent with a wrong credential stops at once, saying so.
+    let refused = cca()
+        .args([
+            "agent",
+            "--server",
+            &url,
+            "--node",
+            "z",
+            "--token",
+            "cca_wrong",
+        ])
+        .arg("--state-dir")
+        .arg(dir.join("z"))
+        .output()
+        .expect("cca agent runs");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("refused"));
 
     // Two agents, each enrolled with its own one-time token.
     for node in ["a", "b"] {

@@ -65,11 +65,12 @@ pub struct AgentArgs {
         default_value = "http://127.0.0.1:7420"
     )]
     pub server: String,
-    /// This node's credential.
+    /// This node's credential (not an admin token: `CCATTLER_TOKEN`, which the client
+    /// commands read, is ignored here).
     #[arg(
         long,
         value_name = "TOKEN",
-        env = "CCATTLER_TOKEN",
+        env = "CCATTLER_NODE_TOKEN",
         hide_env_values = true
     )]
     pub token: Option<String>,
