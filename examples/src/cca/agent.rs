@@ -81,8 +81,8 @@ pub struct AgentArgs {
     /// The node's name (one key segment).
     #[arg(long, value_name = "NAME")]
     pub node: String,
-    /// Where the agent keeps its credential, its cache of desired state and (with the process
-    /// runtime) its instances' directories; `./cca-agent-{node}` by default.
+    /// Where the agent keeps its credential, its cache of desired state and its instances'
+    /// directories (logs, files); `./cca-agent-{node}` by default.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// The runtime instances run on.
@@ -201,10 +201,11 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
 #[cfg(feature = "containerd")]
 async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliError> {
     use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
+    let config = ContainerdConfig::default().state_dir(args.state_dir().join("containerd"));
     let runtime = ContainerdRuntime::connect(
         &args.containerd_socket,
         &args.containerd_namespace,
-        ContainerdConfig::default(),
+        config,
     )
     .await
     .map_err(|err| {
