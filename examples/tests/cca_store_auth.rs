@@ -181,3 +181,52 @@ async fn secrets_reach_only_the_nodes_that_run_them() {
     }
     setup.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn malformed_store_requests_get_a_4xx_and_write_nothing() {
+    use ccattler_examples::cca::client::{ApiClient, ClientArgs};
+    let setup = Setup::start().await;
+    let token = auth::generate_token();
+    auth::store_token(&setup.store, &token, Role::Admin, None)
+        .await
+        .expect("token");
+    let client = ApiClient::new(&ClientArgs {
+        server: setup.server.url(),
+        token: Some(token),
+    });
+    let before = setup.store.revision().await.expect("revision");
+    for (path, body) in [
+        ("/store/get", "not json"),
+        ("/store/get", r#"{"key": "/bad//key"}"#),
+        ("/store/put", r#"{"key": "a", "value": "%%% not base64"}"#),
+        ("/store/put", r#"{"key": "a"}"#),
+        ("/store/txn", r#"{"then": [{"op": "explode", "key": "a"}]}"#),
+        (
+            "/store/txn",
+            r#"{"compare": [{"key": "a", "op": "~", "version": 1}]}"#,
+        ),
+        ("/store/lease/grant", r#"{"ttl_ms": 0}"#),
+        ("/store/lease/keep-alive", r#"{"id": "seven"}"#),
+        ("/store/compact", r#"{"revision": 99999}"#),
+    ] {
+        let answer = client
+            .json(hyper::Method::POST, path, body)
+            .await
+            .expect("the server answers");
+        let failure = answer.expect_err(path);
+        assert!(
+            failure.status.is_client_error(),
+            "{path} {body}: {} {}",
+            failure.status,
+            failure.body
+        );
+        assert!(failure.body["error"].is_string(), "{}", failure.body);
+    }
+    let watch = client
+        .send(hyper::Method::GET, "/store/watch?from=x", "", &[])
+        .await
+        .expect("answer");
+    assert!(watch.status().is_client_error());
+    assert_eq!(setup.store.revision().await.expect("revision"), before);
+    setup.server.shutdown().await;
+}
