@@ -1,11 +1,13 @@
-//! The standard controllers at scale: 10,000 nodes and 100,000 running instances (1,000 services
-//! of 100). One node dies; measured: the instance controller's pass that replaces its instances,
-//! and the scheduler controller's pass that places the replacements.
+//! The standard controllers at scale: 1,000 and 10,000 nodes, ten running instances per node
+//! (services of 100: 10,000 and 100,000 instances). One node dies; measured: the instance
+//! controller's pass that replaces its ten instances, and the scheduler controller's pass that
+//! places the replacements. Each is measured on both cluster sizes, named by the node count.
 //!
 //! `cargo bench -p ccattler-benches --bench controllers`
 //!
-//! Each controller keeps its decoded view of the cluster between passes and patches it with the
-//! facts that changed, so a pass costs time for what changed, not for the whole cluster.
+//! Each controller keeps its decoded view of the cluster (and the scheduler its node tables)
+//! between passes and patches it with the facts that changed, so a pass costs time for what
+//! changed, not for the whole cluster: both sizes should measure about the same.
 
 use std::time::SystemTime;
 
@@ -17,10 +19,12 @@ use ccattler_core::schema::{
 use ccattler_core::{
     Change, Controller, Fact, FactView, Key, ReconcileContext, Revision, SequentialIds, Value,
 };
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 
-const NODES: usize = 10_000;
-const SERVICES: usize = 1_000;
+/// The cluster sizes measured, in nodes.
+const SIZES: [usize; 2] = [1_000, 10_000];
+/// Running instances per node.
+const PER_NODE: usize = 10;
 const PER_SERVICE: usize = 100;
 
 fn fact(key: Key, value: Value) -> Fact {
@@ -38,10 +42,10 @@ fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
-/// Every fact of a converged cluster.
-fn cluster() -> FactView {
+/// Every fact of a converged cluster of `nodes` nodes.
+fn cluster(nodes: usize) -> FactView {
     let mut view = FactView::new();
-    for i in 0..NODES {
+    for i in 0..nodes {
         let name = node_name(i);
         let status = NodeStatus {
             name: name.clone(),
@@ -60,7 +64,7 @@ fn cluster() -> FactView {
             name.clone().into(),
         ));
     }
-    for s in 0..SERVICES {
+    for s in 0..nodes * PER_NODE / PER_SERVICE {
         let spec = ServiceSpec {
             name: format!("svc-{s:04}"),
             image: "app:1".into(),
@@ -86,7 +90,7 @@ fn cluster() -> FactView {
         ));
         for k in 0..PER_SERVICE {
             let id = format!("{}-{k:03}", spec.name);
-            let node = node_name((s * PER_SERVICE + k) % NODES);
+            let node = node_name((s * PER_SERVICE + k) % nodes);
             let desired = DesiredInstance {
                 service: spec.name.clone(),
                 version: version.clone(),
@@ -150,57 +154,60 @@ fn apply(view: &mut FactView, changes: Vec<Change>) {
 }
 
 fn one_dead_node(c: &mut Criterion) {
-    let base = cluster();
-    let instances = InstanceController::new();
-    let scheduler = SchedulerController::new();
-    // Warm both caches on the converged cluster (the first pass reads every fact).
-    assert!(
-        reconcile(&instances, &base).is_empty(),
-        "the cluster is converged"
-    );
-    assert!(
-        reconcile(&scheduler, &base).is_empty(),
-        "everything is placed"
-    );
-
     let mut group = c.benchmark_group("controllers");
     group.sample_size(30);
-    let mut dead = 0usize;
-    group.bench_function("instances_replace_one_dead_node", |b| {
-        b.iter_batched(
-            || {
-                dead = (dead + 7) % NODES;
-                node_died(&base, dead)
-            },
-            |view| {
-                let changes = reconcile(&instances, &view);
-                assert_eq!(
-                    changes.len(),
-                    10,
-                    "one replacement per instance of the dead node"
-                );
-                changes
-            },
-            BatchSize::LargeInput,
-        )
-    });
-    group.bench_function("scheduler_place_one_dead_nodes_replacements", |b| {
-        b.iter_batched(
-            || {
-                dead = (dead + 7) % NODES;
-                let mut view = node_died(&base, dead);
-                let replacements = reconcile(&instances, &view);
-                apply(&mut view, replacements);
-                view
-            },
-            |view| {
-                let changes = reconcile(&scheduler, &view);
-                assert_eq!(changes.len(), 10, "each replacement placed");
-                changes
-            },
-            BatchSize::LargeInput,
-        )
-    });
+    for nodes in SIZES {
+        let base = cluster(nodes);
+        let instances = InstanceController::new();
+        let scheduler = SchedulerController::new();
+        // Warm both caches on the converged cluster (the first pass reads every fact).
+        assert!(
+            reconcile(&instances, &base).is_empty(),
+            "the cluster is converged"
+        );
+        assert!(
+            reconcile(&scheduler, &base).is_empty(),
+            "everything is placed"
+        );
+        let mut dead = 0usize;
+        let id = BenchmarkId::new("instances_replace_one_dead_node", nodes);
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || {
+                    dead = (dead + 7) % nodes;
+                    node_died(&base, dead)
+                },
+                |view| {
+                    let changes = reconcile(&instances, &view);
+                    assert_eq!(
+                        changes.len(),
+                        PER_NODE,
+                        "one replacement per instance of the dead node"
+                    );
+                    changes
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        let id = BenchmarkId::new("scheduler_place_one_dead_nodes_replacements", nodes);
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || {
+                    dead = (dead + 7) % nodes;
+                    let mut view = node_died(&base, dead);
+                    let replacements = reconcile(&instances, &view);
+                    apply(&mut view, replacements);
+                    view
+                },
+                |view| {
+                    let changes = reconcile(&scheduler, &view);
+                    assert_eq!(changes.len(), PER_NODE, "each replacement placed");
+                    changes
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.finish();
 }
 

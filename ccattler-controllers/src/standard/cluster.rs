@@ -211,13 +211,16 @@ impl Cluster {
             } else {
                 self.alive.remove(node);
             }
-            let placed: Vec<String> = self
-                .by_node
-                .get(node)
-                .map(|s| s.iter().cloned().collect())
-                .unwrap_or_default();
-            for id in placed {
-                self.refresh(&id);
+            // Only liveness changed: of each instance placed there, only `node_alive` follows
+            // (what `refresh` would recompute), so set it without re-deriving the rest.
+            let alive = fact.is_some();
+            for id in self.by_node.get(node).into_iter().flatten() {
+                if let Some(instance) = self.instances.get_mut(id)
+                    && instance.node_alive != alive
+                {
+                    instance.node_alive = alive;
+                    self.touched.insert(instance.desired.service.clone());
+                }
             }
         } else if let Some(node) = key.strip_prefix(schema::NODES) {
             match self.decode::<NodeStatus>(key, fact) {

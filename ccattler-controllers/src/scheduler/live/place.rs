@@ -73,7 +73,14 @@ impl LiveIndex {
         let mut out = Placed::default();
         for service in sorted.chunk_by(|a, b| a.service == b.service) {
             let name = service[0].service;
-            let mut zone_counts = self.zone_counts(name);
+            let spreads = service
+                .iter()
+                .any(|r| matches!(r.placement.zone, Some(ZonePolicy::Spread)));
+            let mut zone_counts = if spreads {
+                self.zone_counts(name)
+            } else {
+                Vec::new()
+            };
             for run in service.chunk_by(|a, b| same_run(a, b)) {
                 let placement = run[0].placement;
                 let need = run[0].resources;
