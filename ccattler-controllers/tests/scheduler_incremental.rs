@@ -1,7 +1,8 @@
 //! The scheduler controller patches its tables from one view to the next. Over random sequences
-//! of changes (nodes dying, returning, added or changed, services scaled or resized, instances
-//! removed or stopped), its output must equal that of a fresh controller reading the view from
-//! scratch, and its placements those of the pure `schedule` function on the same view.
+//! of changes (nodes dying, returning, added, changed or forgotten, services scaled or resized,
+//! instances removed or stopped), its output must equal that of a fresh controller reading the
+//! view from scratch, and its placements and reasons those of the pure `schedule` function on the
+//! same view.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
@@ -67,13 +68,13 @@ fn put_node(view: &mut FactView, i: usize, (cpu, mem, zone, ssd, tainted): NodeD
         ..NodeStatus::default()
     };
     view.insert(fact(
-        schema::keys::node(&name).unwrap(),
+        schema::keys::node(&name).expect("key"),
         schema::encode(&status),
     ));
 }
 
 fn set_lease(view: &mut FactView, i: usize, alive: bool) {
-    let key = schema::keys::node_lease(&format!("n{i:02}")).unwrap();
+    let key = schema::keys::node_lease(&format!("n{i:02}")).expect("key");
     if alive {
         view.insert(fact(key, Value::from(b"held".to_vec())));
     } else {
@@ -117,7 +118,7 @@ fn put_service(view: &mut FactView, s: usize, shape: usize, cpu: u64, mib: u64) 
         ..ServiceSpec::default()
     };
     view.insert(fact(
-        schema::keys::service(&spec.name).unwrap(),
+        schema::keys::service(&spec.name).expect("key"),
         schema::encode(&spec),
     ));
 }
@@ -129,7 +130,7 @@ fn put_instance(view: &mut FactView, s: usize, k: usize, state: DesiredState) {
         ordinal: None,
         state,
     };
-    let key = schema::keys::instance(&format!("svc{s}-{k:03}")).unwrap();
+    let key = schema::keys::instance(&format!("svc{s}-{k:03}")).expect("key");
     view.insert(fact(key, schema::encode(&desired)));
 }
 
@@ -138,6 +139,7 @@ fn put_instance(view: &mut FactView, s: usize, k: usize, state: DesiredState) {
 enum Step {
     Lease(usize, bool),
     Node(usize, NodeDraw),
+    Forget(usize),
     Scale(usize, usize),
     Resize(usize, usize, u64, u64),
     Remove(usize, usize),
@@ -148,6 +150,7 @@ fn step() -> impl Strategy<Value = (Step, bool)> {
     let step = prop_oneof![
         3 => (0usize..14, any::<bool>()).prop_map(|(i, a)| Step::Lease(i, a)),
         2 => (0usize..14, node_draw()).prop_map(|(i, d)| Step::Node(i, d)),
+        1 => (0usize..14).prop_map(Step::Forget),
         3 => (0..SERVICES, 0usize..8).prop_map(|(s, n)| Step::Scale(s, n)),
         1 => (0..SERVICES, 0usize..5, 0u64..4, 0u64..4).prop_map(|(s, p, c, m)| Step::Resize(s, p, c, m)),
         2 => (0..SERVICES, 0usize..8).prop_map(|(s, k)| Step::Remove(s, k)),
@@ -160,9 +163,13 @@ fn apply_step(view: &mut FactView, step: &Step) {
     match *step {
         Step::Lease(i, alive) => set_lease(view, i, alive),
         Step::Node(i, draw) => put_node(view, i, draw),
+        Step::Forget(i) => {
+            let key = schema::keys::node(&format!("n{i:02}")).expect("key");
+            view.remove(key.as_str());
+        }
         Step::Scale(s, n) => {
             for k in 0..8 {
-                let key = schema::keys::instance(&format!("svc{s}-{k:03}")).unwrap();
+                let key = schema::keys::instance(&format!("svc{s}-{k:03}")).expect("key");
                 if k < n {
                     if view.get(key.as_str()).is_none() {
                         put_instance(view, s, k, DesiredState::Running);
@@ -176,12 +183,12 @@ fn apply_step(view: &mut FactView, step: &Step) {
         Step::Remove(s, k) => {
             view.remove(
                 schema::keys::instance(&format!("svc{s}-{k:03}"))
-                    .unwrap()
+                    .expect("key")
                     .as_str(),
             );
         }
         Step::Stop(s, k) => {
-            let key = schema::keys::instance(&format!("svc{s}-{k:03}")).unwrap();
+            let key = schema::keys::instance(&format!("svc{s}-{k:03}")).expect("key");
             if view.get(key.as_str()).is_some() {
                 put_instance(view, s, k, DesiredState::Stopped);
             }
@@ -192,7 +199,7 @@ fn apply_step(view: &mut FactView, step: &Step) {
 fn reconcile(controller: &dyn Controller, view: &FactView) -> Vec<Change> {
     let mut ids = SequentialIds::new("t");
     let mut ctx = ReconcileContext::new(SystemTime::UNIX_EPOCH, &mut ids);
-    controller.reconcile(view, &mut ctx).unwrap()
+    controller.reconcile(view, &mut ctx).expect("reconcile")
 }
 
 fn write(view: &mut FactView, changes: &[Change]) {
@@ -214,7 +221,7 @@ fn decoded<T: serde::de::DeserializeOwned>(view: &FactView, prefix: &str) -> Vec
         .map(|f| {
             (
                 f.key.as_str()[prefix.len()..].to_string(),
-                schema::decode(f).unwrap(),
+                schema::decode(f).expect("decodes"),
             )
         })
         .collect()
@@ -233,7 +240,7 @@ fn pure(view: &FactView) -> Plan {
     for fact in view.scan(schema::PLACEMENTS) {
         let (node, id) = fact.key.as_str()[schema::PLACEMENTS.len()..]
             .split_once('/')
-            .unwrap();
+            .expect("placement key");
         placed
             .entry(id.to_string())
             .or_insert_with(|| node.to_string());
@@ -301,7 +308,7 @@ fn planned(view: &FactView, changes: &[Change]) -> Plan {
             continue;
         };
         if let Some(rest) = key.strip_prefix(schema::PLACEMENTS) {
-            let (node, id) = rest.split_once('/').unwrap();
+            let (node, id) = rest.split_once('/').expect("placement key");
             let mirrored = view
                 .scan(schema::PLACEMENTS)
                 .any(|f| f.key.as_str().ends_with(&format!("/{id}")));
@@ -309,7 +316,8 @@ fn planned(view: &FactView, changes: &[Change]) -> Plan {
                 placements.insert(id.to_string(), node.to_string());
             }
         } else if let Some(id) = key.strip_prefix(schema::UNSCHEDULABLE) {
-            let why: Unschedulable = schema::decode(&fact(key.clone(), value.clone())).unwrap();
+            let why: Unschedulable =
+                schema::decode(&fact(key.clone(), value.clone())).expect("decodes");
             unsatisfied.insert(id.to_string(), why.reason);
         }
     }
