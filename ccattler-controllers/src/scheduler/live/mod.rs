@@ -8,8 +8,9 @@
 //!
 //! - every node's capacity, reservation and liveness ([`LiveIndex::set_node`]);
 //! - per service, how many of its instances each node holds ([`LiveIndex::set_instance`]);
-//! - the alive nodes grouped by *class*: equal architecture, zone, labels and taints, so the
-//!   hard filters of a placement are checked once per class, not once per node;
+//! - the alive nodes grouped by *class*: equal architecture, zone, taints, and labels among the
+//!   keys placements name, so the hard filters and `prefer` of a placement are checked once per
+//!   class, not once per node;
 //! - inside a class, the nodes grouped by *load* (capacity and reservation) in order of
 //!   utilisation, and inside a load by name, so the ranking reads the best nodes first.
 //!
@@ -26,8 +27,9 @@
 //! in order of utilisation that stops at the first that cannot beat the best found (in a cluster
 //! of few node shapes and similar services: a handful), skipping the nodes that already hold the
 //! service. When every eligible node holds the service, it also looks at each of those nodes.
-//! Nodes whose labels are all distinct (a `hostname` label) form one class each, and the filter
-//! check becomes linear in the nodes again. A run of requests that fits nowhere costs one pass
+//! A placement naming a label key no placement named before classes every node again, once. Nodes
+//! that differ in what placements look at (a placement requiring a host name label) form a class
+//! each, and the filter check becomes linear in those nodes again. A run of requests that fits nowhere costs one pass
 //! over every node to explain why, as in [`schedule`](super::schedule).
 //!
 //! [`Rebalance::Off`]: super::Rebalance::Off
@@ -41,12 +43,13 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ccattler_core::schema::{Cpu, Memory, NodeStatus, Resources};
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources};
 
 use super::Node;
 use super::index::{FastMap, Frac, Usage};
 
-/// What the hard filters of a placement look at, apart from liveness and resources.
+/// What the hard filters and `prefer` of a placement look at, apart from liveness and resources:
+/// of the labels, only those whose key some placement names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Attrs {
     architecture: String,
@@ -56,19 +59,21 @@ struct Attrs {
 }
 
 impl Attrs {
-    fn of(status: &NodeStatus) -> Self {
+    fn of(status: &NodeStatus, keys: &BTreeSet<String>) -> Self {
         Attrs {
             architecture: status.architecture.clone(),
             zone: status.zone.clone(),
-            labels: status.labels.clone(),
+            labels: named(status, keys)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             taints: status.taints.clone(),
         }
     }
 
-    fn matches(&self, status: &NodeStatus) -> bool {
+    fn matches(&self, status: &NodeStatus, keys: &BTreeSet<String>) -> bool {
         self.architecture == status.architecture
             && self.zone == status.zone
-            && self.labels == status.labels
+            && named(status, keys).eq(self.labels.iter())
             && self.taints == status.taints
     }
 
@@ -85,6 +90,14 @@ impl Attrs {
             alive: true,
         }
     }
+}
+
+/// The labels of `status` whose key is in `keys`, in key order.
+fn named<'s>(
+    status: &'s NodeStatus,
+    keys: &'s BTreeSet<String>,
+) -> impl Iterator<Item = (&'s String, &'s String)> + 's {
+    status.labels.iter().filter(|(k, _)| keys.contains(*k))
 }
 
 /// A node's capacity and reservation, ordered by utilisation first (the figures after it only
@@ -146,6 +159,12 @@ struct LiveNode {
 #[derive(Debug, Default)]
 pub(crate) struct LiveIndex {
     nodes: FastMap<String, LiveNode>,
+    /// What each node reports, to class it again when `keys` grows.
+    statuses: FastMap<String, NodeStatus>,
+    /// The label keys placements have named so far (`require`, `prefer`): nodes are classed by
+    /// these labels only, so a label of one node each (a host name) does not make a class of
+    /// one node each. Only grows.
+    keys: BTreeSet<String>,
     /// Never shrinks: a class whose nodes all left stays, empty (there are few distinct ones).
     classes: Vec<Class>,
     class_of: FastMap<Attrs, usize>,
@@ -172,12 +191,14 @@ impl LiveIndex {
             self.detach(old.class, old.load, name);
         }
         let Some(status) = status else {
+            self.statuses.remove(name);
             return;
         };
         let class = match old {
-            Some(old) if self.classes[old.class].attrs.matches(status) => old.class,
-            _ => self.class_for(status),
+            Some(old) if self.classes[old.class].attrs.matches(status, &self.keys) => old.class,
+            _ => self.class_for(Attrs::of(status, &self.keys)),
         };
+        self.statuses.insert(name.to_owned(), status.clone());
         let load = Load::new(
             status.cpu.millis(),
             status.memory.bytes(),
@@ -242,8 +263,39 @@ impl LiveIndex {
         }
     }
 
-    fn class_for(&mut self, status: &NodeStatus) -> usize {
-        let attrs = Attrs::of(status);
+    /// Makes sure nodes are classed by every label key `placement` names; classes every node
+    /// again (linear in the nodes, once per new key) when one is new.
+    fn learn(&mut self, placement: &Placement) {
+        let named = placement.require.keys().chain(placement.prefer.keys());
+        let mut grew = false;
+        for key in named {
+            if !self.keys.contains(key) {
+                self.keys.insert(key.clone());
+                grew = true;
+            }
+        }
+        if !grew {
+            return;
+        }
+        self.classes.clear();
+        self.class_of.clear();
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        for name in names {
+            let Some(status) = self.statuses.get(&name) else {
+                continue;
+            };
+            let class = self.class_for(Attrs::of(status, &self.keys));
+            if let Some(node) = self.nodes.get_mut(&name) {
+                node.class = class;
+                let (alive, load) = (node.alive, node.load);
+                if alive {
+                    self.attach(class, load, &name);
+                }
+            }
+        }
+    }
+
+    fn class_for(&mut self, attrs: Attrs) -> usize {
         if let Some(&class) = self.class_of.get(&attrs) {
             return class;
         }

@@ -57,6 +57,9 @@ impl LiveIndex {
     /// instances and [`Rebalance::Off`](crate::scheduler::Rebalance::Off). Leaves the index as
     /// it was.
     pub fn place<'a>(&mut self, requests: &[Request<'a>]) -> Placed<'a> {
+        for request in requests {
+            self.learn(request.placement);
+        }
         let mut undo = Undo::default();
         let placed = self.place_in_order(requests, &mut undo);
         for (service, node) in undo.counts.iter().rev() {

@@ -35,7 +35,11 @@ fn status(
         name: format!("n{i}"),
         cpu: Cpu::from_millis(cpu * 500),
         memory: Memory::from_bytes(mem << 29),
-        labels: labels(label),
+        // A label of its own on every node: no placement names it, so it splits no class.
+        labels: labels(label)
+            .into_iter()
+            .chain([("host".to_string(), format!("n{i}"))])
+            .collect(),
         taints: pick(&TAINTS, taint).into_iter().map(String::from).collect(),
         zone: ZONES.get(zone).map(|z| z.to_string()),
         architecture: if arm { "arm64" } else { "amd64" }.into(),
@@ -247,4 +251,31 @@ fn spread_fills_the_emptiest_zone_then_holders_when_nothing_is_free() {
     assert_eq!(placed.0.len(), 4);
     // Unchanged by placing: the same call gives the same answer.
     assert_eq!(live(&mut index, &f), placed);
+}
+
+#[test]
+fn labels_no_placement_names_make_no_classes() {
+    let mut f = Fixture::default();
+    for i in 0..20 {
+        f = f.node(&format!("n{i:02}"), "4", "8Gi").with(|n| {
+            n.labels = [("host".to_string(), n.name.clone())].into();
+            n.zone = Some(format!("z{}", i % 2));
+        });
+    }
+    let ssd = Placement {
+        prefer: [("disk".to_string(), "ssd".to_string())].into(),
+        ..Placement::default()
+    };
+    let f = f.request("web", 5, res("1", "1Gi"), &ssd);
+    let mut index = build(&f);
+    assert_eq!(live(&mut index, &f), expected(&f));
+    assert_eq!(index.classes.len(), 2, "one class per zone");
+    // Naming the label splits the classes, and placements stay the same as the pure function's.
+    let host = Placement {
+        require: [("host".to_string(), "n07".to_string())].into(),
+        ..Placement::default()
+    };
+    let f = f.request("pinned", 2, res("1", "1Gi"), &host);
+    assert_eq!(live(&mut index, &f), expected(&f));
+    assert_eq!(index.classes.len(), 20);
 }
