@@ -202,18 +202,15 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
 async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliError> {
     use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
     let config = ContainerdConfig::default().state_dir(args.state_dir().join("containerd"));
-    let runtime = ContainerdRuntime::connect(
-        &args.containerd_socket,
-        &args.containerd_namespace,
-        config,
-    )
-    .await
-    .map_err(|err| {
-        CliError::Start(format!(
-            "containerd at {}: {err}",
-            args.containerd_socket.display()
-        ))
-    })?;
+    let runtime =
+        ContainerdRuntime::connect(&args.containerd_socket, &args.containerd_namespace, config)
+            .await
+            .map_err(|err| {
+                CliError::Start(format!(
+                    "containerd at {}: {err}",
+                    args.containerd_socket.display()
+                ))
+            })?;
     serve(args, store, Arc::new(runtime)).await
 }
 
