@@ -29,8 +29,8 @@
 //! service. When every eligible node holds the service, it also looks at each of those nodes.
 //! A placement naming a label key no placement named before classes every node again, once. Nodes
 //! that differ in what placements look at (a placement requiring a host name label) form a class
-//! each, and the filter check becomes linear in those nodes again. A run of requests that fits nowhere costs one pass
-//! over every node to explain why, as in [`schedule`](super::schedule).
+//! each, and the filter check becomes linear in those nodes again. A run of requests that fits
+//! nowhere costs one pass over every node to explain why, as in [`schedule`](super::schedule).
 //!
 //! [`Rebalance::Off`]: super::Rebalance::Off
 
