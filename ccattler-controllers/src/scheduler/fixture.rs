@@ -109,6 +109,19 @@ impl Fixture {
         self
     }
 
+    /// The requests as the scheduler takes them.
+    pub fn borrowed_requests(&self) -> Vec<Request<'_>> {
+        self.requests
+            .iter()
+            .map(|i| Request {
+                instance: &i.instance,
+                service: &i.service,
+                resources: i.resources,
+                placement: &i.placement,
+            })
+            .collect()
+    }
+
     /// Runs the scheduler and hands the borrowed schedule to `check`.
     pub fn with_schedule<T>(&self, check: impl FnOnce(&Schedule<'_>) -> T) -> T {
         let nodes: Vec<Node<'_>> = self
@@ -127,16 +140,7 @@ impl Fixture {
                 placement: &i.placement,
             })
             .collect();
-        let requests: Vec<Request<'_>> = self
-            .requests
-            .iter()
-            .map(|i| Request {
-                instance: &i.instance,
-                service: &i.service,
-                resources: i.resources,
-                placement: &i.placement,
-            })
-            .collect();
+        let requests = self.borrowed_requests();
         check(&schedule(&ScheduleInput {
             nodes: &nodes,
             existing: &existing,

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources, ZonePolicy};
 use proptest::prelude::*;
 
-use super::super::Request;
 use super::super::fixture::{Fixture, Inst, Result, res};
 use super::LiveIndex;
 
@@ -134,17 +133,7 @@ type Owned = (BTreeMap<String, String>, BTreeMap<String, String>);
 
 /// What the live index decides.
 fn live(index: &mut LiveIndex, f: &Fixture) -> Owned {
-    let requests: Vec<Request<'_>> = f
-        .requests
-        .iter()
-        .map(|i| Request {
-            instance: &i.instance,
-            service: &i.service,
-            resources: i.resources,
-            placement: &i.placement,
-        })
-        .collect();
-    let placed = index.place(&requests);
+    let placed = index.place(&f.borrowed_requests());
     let owned =
         |m: BTreeMap<&str, String>| m.into_iter().map(|(i, n)| (i.to_string(), n)).collect();
     (owned(placed.placements), owned(placed.unsatisfied))
