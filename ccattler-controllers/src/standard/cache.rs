@@ -3,7 +3,7 @@
 
 use parking_lot::Mutex;
 
-use ccattler_core::FactView;
+use ccattler_core::{Change, FactView, Key, KeyError, ReconcileError, Value};
 
 use super::cluster::Cluster;
 
@@ -90,5 +90,39 @@ impl PlanCache {
     /// Records which of the planned services still had changes to propose.
     pub fn finish(&self, with_changes: std::collections::BTreeSet<String>) {
         *self.pending.lock() = with_changes;
+    }
+
+    /// One pass of a controller that keeps one fact per service at `key(name)`: for each
+    /// service to plan, `wanted` gives the value that fact should hold (`None`: no fact). Puts
+    /// what differs from the view, deletes what should not be there, and remembers the services
+    /// that had changes, as [`begin`](Self::begin) and [`finish`](Self::finish) do.
+    ///
+    /// # Errors
+    ///
+    /// A service name that makes no valid key; the services stay pending.
+    pub fn sync_per_service(
+        &self,
+        facts: &FactView,
+        key: impl Fn(&str) -> Result<Key, KeyError>,
+        mut wanted: impl FnMut(&Cluster, &str) -> Option<Value>,
+    ) -> Result<Vec<Change>, ReconcileError> {
+        let (cluster, to_plan) = self.begin(facts);
+        let mut changes = Vec::new();
+        let mut with_changes = std::collections::BTreeSet::new();
+        for name in &to_plan {
+            let key = key(name)?;
+            let held = facts.get(key.as_str());
+            let change = match (wanted(&cluster, name), held) {
+                (Some(value), held) if held.map(|f| &f.value) != Some(&value) => {
+                    Change::put(key, value)
+                }
+                (None, Some(fact)) => Change::delete(fact.key.clone()),
+                _ => continue,
+            };
+            changes.push(change);
+            with_changes.insert(name.clone());
+        }
+        self.finish(with_changes);
+        Ok(changes)
     }
 }

@@ -46,43 +46,28 @@ impl Controller for EndpointController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let (cluster, to_plan) = self.cache.begin(facts);
-        let mut changes = Vec::new();
-        let mut with_changes = std::collections::BTreeSet::new();
-        for name in &to_plan {
-            let key = schema::keys::endpoints(name)?;
-            let held = facts.get(key.as_str());
-            let Some(spec) = cluster.services.get(name) else {
-                if let Some(fact) = held {
-                    changes.push(Change::delete(fact.key.clone()));
-                    with_changes.insert(name.clone());
-                }
-                continue;
-            };
-            let gated = spec.readiness.is_some();
-            let mut addresses: Vec<String> = cluster
-                .instances_of(name)
-                .filter(|i| i.desired.state == DesiredState::Running && i.node_alive)
-                .filter_map(|i| {
-                    let observed = i.observed.as_ref()?;
-                    let serves = i.is_running()
-                        && if gated {
-                            observed.ready
-                        } else {
-                            observed.health != Health::Unhealthy
-                        };
-                    serves.then(|| observed.address.clone()).flatten()
-                })
-                .collect();
-            addresses.sort();
-            addresses.dedup();
-            let value = schema::encode(&Endpoints { addresses });
-            if held.map(|f| &f.value) != Some(&value) {
-                changes.push(Change::put(key, value));
-                with_changes.insert(name.clone());
-            }
-        }
-        self.cache.finish(with_changes);
-        Ok(changes)
+        self.cache
+            .sync_per_service(facts, schema::keys::endpoints, |cluster, name| {
+                // A deleted service loses its endpoints.
+                let spec = cluster.services.get(name)?;
+                let gated = spec.readiness.is_some();
+                let mut addresses: Vec<String> = cluster
+                    .instances_of(name)
+                    .filter(|i| i.desired.state == DesiredState::Running && i.node_alive)
+                    .filter_map(|i| {
+                        let observed = i.observed.as_ref()?;
+                        let serves = i.is_running()
+                            && if gated {
+                                observed.ready
+                            } else {
+                                observed.health != Health::Unhealthy
+                            };
+                        serves.then(|| observed.address.clone()).flatten()
+                    })
+                    .collect();
+                addresses.sort();
+                addresses.dedup();
+                Some(schema::encode(&Endpoints { addresses }))
+            })
     }
 }

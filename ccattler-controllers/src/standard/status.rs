@@ -51,17 +51,13 @@ impl Controller for StatusController {
         facts: &FactView,
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let (cluster, to_plan) = self.cache.begin(facts);
-        let mut changes = Vec::new();
-        let mut with_changes = std::collections::BTreeSet::new();
-        for name in &to_plan {
-            let key = schema::keys::service_status(name)?;
-            let held = facts.get(key.as_str());
-            let spec = cluster.services.get(name);
-            let deleting = spec.is_none();
-            let wanted = if deleting && cluster.instances_of(name).next().is_none() {
-                None // gone for good
-            } else {
+        self.cache
+            .sync_per_service(facts, schema::keys::service_status, |cluster, name| {
+                let spec = cluster.services.get(name);
+                let deleting = spec.is_none();
+                if deleting && cluster.instances_of(name).next().is_none() {
+                    return None; // gone for good
+                }
                 let restart = spec.map(|s| s.restart).unwrap_or_default();
                 let effective = cluster.effective.get(name);
                 let version = effective.map(|e| e.version.as_str());
@@ -72,7 +68,7 @@ impl Controller for StatusController {
                         matches!(i.standing(restart), Standing::Active | Standing::Finished)
                     })
                     .collect();
-                Some(ServiceStatus {
+                Some(schema::encode(&ServiceStatus {
                     desired: if deleting {
                         0
                     } else {
@@ -82,24 +78,7 @@ impl Controller for StatusController {
                     running: current.iter().filter(|i| i.is_running()).count() as u32,
                     ready: current.iter().filter(|i| i.is_ready()).count() as u32,
                     deleting,
-                })
-            };
-            match (wanted, held) {
-                (Some(status), held) => {
-                    let value = schema::encode(&status);
-                    if held.map(|f| &f.value) != Some(&value) {
-                        changes.push(Change::put(key, value));
-                        with_changes.insert(name.clone());
-                    }
-                }
-                (None, Some(fact)) => {
-                    changes.push(Change::delete(fact.key.clone()));
-                    with_changes.insert(name.clone());
-                }
-                (None, None) => {}
-            }
-        }
-        self.cache.finish(with_changes);
-        Ok(changes)
+                }))
+            })
     }
 }
