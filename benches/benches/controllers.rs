@@ -142,17 +142,6 @@ fn reconcile(controller: &dyn Controller, view: &FactView) -> Vec<Change> {
     controller.reconcile(view, &mut ctx).expect("reconcile")
 }
 
-fn apply(view: &mut FactView, changes: Vec<Change>) {
-    for change in changes {
-        match change {
-            Change::Put { key, value } => view.insert(fact(key, value)),
-            Change::Delete { key } => {
-                view.remove(key.as_str());
-            }
-        }
-    }
-}
-
 fn one_dead_node(c: &mut Criterion) {
     let mut group = c.benchmark_group("controllers");
     group.sample_size(30);
@@ -196,7 +185,8 @@ fn one_dead_node(c: &mut Criterion) {
                     dead = (dead + 7) % nodes;
                     let mut view = node_died(&base, dead);
                     let replacements = reconcile(&instances, &view);
-                    apply(&mut view, replacements);
+                    let next = view.revision().next();
+                    view.apply(replacements, next);
                     view
                 },
                 |view| {

@@ -202,17 +202,6 @@ fn reconcile(controller: &dyn Controller, view: &FactView) -> Vec<Change> {
     controller.reconcile(view, &mut ctx).expect("reconcile")
 }
 
-fn write(view: &mut FactView, changes: &[Change]) {
-    for change in changes {
-        match change {
-            Change::Put { key, value } => view.insert(fact(key.clone(), value.clone())),
-            Change::Delete { key } => {
-                view.remove(key.as_str());
-            }
-        }
-    }
-}
-
 /// Placements and unschedulable reasons the pure function gives for `view`'s unplaced instances.
 type Plan = (BTreeMap<String, String>, BTreeMap<String, String>);
 
@@ -344,7 +333,8 @@ proptest! {
         }
         let incremental = SchedulerController::new();
         let first = reconcile(&incremental, &view);
-        write(&mut view, &first);
+        let next = view.revision().next();
+        view.apply(first, next);
         for (k, (step, written)) in steps.iter().enumerate() {
             apply_step(&mut view, step);
             let ours = reconcile(&incremental, &view);
@@ -352,7 +342,8 @@ proptest! {
             prop_assert_eq!(&ours, &fresh, "step {}: {:?}", k, step);
             prop_assert_eq!(planned(&view, &ours), pure(&view), "step {}: {:?}", k, step);
             if *written {
-                write(&mut view, &ours);
+                let next = view.revision().next();
+                view.apply(ours, next);
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use imbl::OrdMap;
 
-use crate::{Fact, Key, Revision};
+use crate::{Change, Fact, Key, Revision};
 
 /// An immutable, ordered snapshot of the facts under a controller's watched prefixes.
 ///
@@ -103,6 +103,34 @@ impl FactView {
     pub fn set_revision(&mut self, revision: Revision) {
         self.revision = revision;
     }
+
+    /// Applies `changes` as a store commits them at `revision`: a put keeps the key's create
+    /// revision and raises its version (a new key starts at `revision`, version 1) and holds no
+    /// lease; a delete removes the key. The view's revision becomes `revision` when that is later.
+    pub fn apply(&mut self, changes: impl IntoIterator<Item = Change>, revision: Revision) {
+        for change in changes {
+            match change {
+                Change::Put { key, value } => {
+                    let held = self.facts.get(&key);
+                    let fact = Fact {
+                        create_revision: held.map_or(revision, |f| f.create_revision),
+                        version: held.map_or(1, |f| f.version + 1),
+                        mod_revision: revision,
+                        lease: None,
+                        key,
+                        value,
+                    };
+                    self.insert(fact);
+                }
+                Change::Delete { key } => {
+                    self.facts.remove(&key);
+                }
+            }
+        }
+        if revision > self.revision {
+            self.revision = revision;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +158,32 @@ mod tests {
         assert_eq!(keys, ["b/1", "b/2"]);
         assert_eq!(view.scan("").count(), 4);
         assert_eq!(view.scan("z").count(), 0);
+    }
+
+    #[test]
+    fn apply_commits_changes_like_a_store() {
+        let mut view = FactView::from_facts(Revision(2), [fact("a", 1), fact("b", 2)]);
+        let key = |k: &str| Key::new(k).unwrap();
+        view.apply(
+            [
+                Change::put(key("a"), "new"),
+                Change::put(key("c"), "c"),
+                Change::delete(key("b")),
+            ],
+            Revision(5),
+        );
+        let a = view.get("a").unwrap();
+        assert_eq!(
+            (a.create_revision, a.mod_revision, a.version),
+            (Revision(1), Revision(5), 2)
+        );
+        assert_eq!(a.value, "new");
+        let c = view.get("c").unwrap();
+        assert_eq!((c.create_revision, c.version), (Revision(5), 1));
+        assert!(!view.contains("b"));
+        assert_eq!(view.revision(), Revision(5));
+        view.apply([], Revision(4));
+        assert_eq!(view.revision(), Revision(5), "never goes back");
     }
 
     #[test]

@@ -8,8 +8,8 @@ use rand::rngs::SmallRng;
 
 use super::{Backoff, LoopConfig};
 use crate::{
-    Change, Compare, Fact, FactView, Op, ReconcileError, Revision, Scan, StoreError, Txn,
-    TxnResponse, WatchEvent,
+    Change, Compare, FactView, Op, ReconcileError, Revision, Scan, StoreError, Txn, TxnResponse,
+    WatchEvent,
 };
 
 /// After this many conflicts in a row the loop lists again instead of trusting its view.
@@ -501,28 +501,7 @@ impl ControllerLoop {
     }
 
     fn apply_own(&mut self, changes: Vec<Change>, revision: Revision) {
-        for change in changes {
-            match change {
-                Change::Put { key, value } => {
-                    let held = self.view.get(key.as_str());
-                    let fact = Fact {
-                        create_revision: held.map_or(revision, |f| f.create_revision),
-                        version: held.map_or(1, |f| f.version + 1),
-                        mod_revision: revision,
-                        lease: None,
-                        key,
-                        value,
-                    };
-                    self.view.insert(fact);
-                }
-                Change::Delete { key } => {
-                    self.view.remove(key.as_str());
-                }
-            }
-        }
-        if revision > self.view.revision() {
-            self.view.set_revision(revision);
-        }
+        self.view.apply(changes, revision);
     }
 }
 
