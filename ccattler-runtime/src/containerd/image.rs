@@ -292,7 +292,9 @@ fn pick_platform(index: &Value) -> Option<Descriptor> {
     manifests.iter().find(fits).and_then(descriptor)
 }
 
-fn descriptor(value: &Value) -> Option<Descriptor> {
+/// The descriptor an OCI JSON document gives (`mediaType`, `digest`, `size`); `None` when a
+/// field is missing or of the wrong type.
+pub(super) fn descriptor(value: &Value) -> Option<Descriptor> {
     Some(Descriptor {
         media_type: value["mediaType"].as_str()?.to_owned(),
         digest: value["digest"].as_str()?.to_owned(),

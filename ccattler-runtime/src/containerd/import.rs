@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::Inner;
 use super::client::{Conn, Lease, grpc, unique};
-use super::image::{ensure_unpacked, resolve, set_label};
+use super::image::{descriptor, ensure_unpacked, resolve, set_label};
 
 const CHUNK: usize = 1 << 20;
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -242,14 +242,6 @@ fn blob_path(digest: &str) -> String {
     format!("blobs/{}", digest.replacen(':', "/", 1))
 }
 
-fn descriptor(value: &Value) -> Option<Descriptor> {
-    Some(Descriptor {
-        media_type: value["mediaType"].as_str()?.to_owned(),
-        digest: value["digest"].as_str()?.to_owned(),
-        size: value["size"].as_i64()?,
-        annotations: HashMap::new(),
-    })
-}
 
 fn invalid(archive: &Path, why: &str) -> RuntimeError {
     RuntimeError::StartFailed {
