@@ -37,21 +37,29 @@ impl Drop for Cleanup {
     }
 }
 
-/// Kills every process whose command line contains `marker` (the workloads outlive a killed
-/// agent, as they would on a real node).
-fn kill_marked(marker: &str) {
+/// The ids of the processes whose command line contains `marker`: the workloads' shells
+/// (their `sleep` children do not carry it).
+fn marked_pids(marker: &str) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
+        return Vec::new();
     };
-    for entry in entries.flatten() {
-        let pid = entry.file_name().to_string_lossy().into_owned();
-        if !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(marker) {
-            let _ = Command::new("kill").args(["-9", &pid]).status();
-        }
+    let mut pids: Vec<String> = entries
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+/// Kills every workload of the test (they outlive a killed agent, as on a real node).
+fn kill_marked(marker: &str) {
+    for pid in marked_pids(marker) {
+        let _ = Command::new("kill").args(["-9", &pid]).status();
     }
 }
 
@@ -308,6 +316,8 @@ async fn server_two_agents_kill_and_restart() {
 
     // Restart the server: the workloads on b are untouched.
     let before = running(&client).await.get("b").cloned().unwrap_or_default();
+    let processes = marked_pids(&marker);
+    assert!(processes.len() >= INSTANCES, "workloads found: {processes:?}");
     let server = &mut cleanup.children[0];
     let _ = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
@@ -321,6 +331,11 @@ async fn server_two_agents_kill_and_restart() {
         before,
         "the instances on b changed across a server restart; agent b said: {}",
         read_log(&dir, "agent-b.log")
+    );
+    assert_eq!(
+        marked_pids(&marker),
+        processes,
+        "workload processes were stopped or started across a server restart"
     );
     let status = client
         .ok(Method::GET, "/api/status", "")

@@ -118,10 +118,6 @@ fn store_error(failure: Failure) -> StoreError {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl FactStore for HttpStore {
     type Watch = BoxStream<'static, Result<WatchEvent, StoreError>>;
 
@@ -223,16 +219,12 @@ impl FactStore for HttpStore {
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<Lease, StoreError> {
-        let request = WireLease {
-            id: 0,
-            ttl_ms: millis(ttl),
-        };
         let answer: WireLease = self
-            .call(Method::POST, "/store/lease/grant", &request)
+            .call(Method::POST, "/store/lease/grant", &WireLease::new(0, ttl))
             .await?;
         Ok(Lease {
             id: LeaseId(answer.id),
-            ttl: Duration::from_millis(answer.ttl_ms),
+            ttl: answer.ttl(),
         })
     }
 
@@ -241,7 +233,7 @@ impl FactStore for HttpStore {
         let answer: WireLease = self
             .call(Method::POST, "/store/lease/keep-alive", &request)
             .await?;
-        Ok(Duration::from_millis(answer.ttl_ms))
+        Ok(answer.ttl())
     }
 
     async fn revoke_lease(&self, lease: LeaseId) -> Result<(), StoreError> {

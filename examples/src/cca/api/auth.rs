@@ -97,6 +97,20 @@ impl Principal {
         }
     }
 
+    /// Why this principal may not write `key`, in words; `None` when it may.
+    pub fn write_refusal(&self, key: &str) -> Option<String> {
+        if self.may_write(key) {
+            return None;
+        }
+        Some(match self {
+            Principal::Admin => format!("{key}: keys under auth/ are not writable"),
+            Principal::Node(node) => format!(
+                "{key}: the credential of node {node} writes only lease/node/{node}, \
+                 observed/node/{node} and observed/instance/{node}/..."
+            ),
+        })
+    }
+
     /// Refuses (403) anything but an admin.
     ///
     /// # Errors

@@ -223,14 +223,8 @@ pub async fn custom_method<S: FactStore + Clone>(
 
 fn writable(principal: &Principal, key: &str) -> Result<Key, ApiError> {
     let key = Key::new(key).map_err(|err| ApiError::bad_request(format!("key: {err}")))?;
-    if !principal.may_write(key.as_str()) {
-        return Err(ApiError::forbidden(match principal {
-            Principal::Admin => format!("{key}: keys under auth/ are not writable"),
-            Principal::Node(node) => format!(
-                "{key}: the credential of node {node} writes only lease/node/{node}, \
-                 observed/node/{node} and observed/instance/{node}/..."
-            ),
-        }));
+    if let Some(why) = principal.write_refusal(key.as_str()) {
+        return Err(ApiError::forbidden(why));
     }
     Ok(key)
 }

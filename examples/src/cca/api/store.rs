@@ -197,16 +197,10 @@ pub async fn scan<S: FactStore + Clone>(
 
 /// Refuses a write of `key` that `principal` may not make; see [`Principal::may_write`].
 fn check_writable(principal: &Principal, key: &Key) -> Result<(), ApiError> {
-    if principal.may_write(key.as_str()) {
-        return Ok(());
+    match principal.write_refusal(key.as_str()) {
+        Some(why) => Err(denied(why)),
+        None => Ok(()),
     }
-    Err(denied(match principal {
-        Principal::Admin => format!("{key}: keys under auth/ are not writable"),
-        Principal::Node(node) => format!(
-            "{key}: the credential of node {node} writes only lease/node/{node}, \
-             observed/node/{node} and observed/instance/{node}/..."
-        ),
-    }))
 }
 
 /// `POST /store/put`.
@@ -319,7 +313,7 @@ pub async fn grant<S: FactStore + Clone>(
     let request: WireLease = parse_json(&body?)?;
     let lease = api
         .store
-        .grant_lease(Duration::from_millis(request.ttl_ms))
+        .grant_lease(request.ttl())
         .await
         .map_err(failure)?;
     // Only a node's leases need an owner on record (an admin may use any lease), so an admin's
@@ -338,10 +332,7 @@ pub async fn grant<S: FactStore + Clone>(
             return Err(failure(err));
         }
     }
-    Ok(json_answer(&WireLease {
-        id: lease.id.0,
-        ttl_ms: u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
-    }))
+    Ok(json_answer(&WireLease::new(lease.id.0, lease.ttl)))
 }
 
 /// `POST /store/lease/keep-alive`.
@@ -354,10 +345,7 @@ pub async fn keep_alive<S: FactStore + Clone>(
     let lease = LeaseId(request.id);
     check_lease_owner(&api.store, &principal, lease).await?;
     let ttl = api.store.keep_alive(lease).await.map_err(failure)?;
-    Ok(json_answer(&WireLease {
-        id: lease.0,
-        ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-    }))
+    Ok(json_answer(&WireLease::new(lease.0, ttl)))
 }
 
 /// `POST /store/lease/revoke`.

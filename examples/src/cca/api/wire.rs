@@ -315,6 +315,21 @@ pub struct WireLease {
     pub ttl_ms: u64,
 }
 
+impl WireLease {
+    /// Lease `id` (0 in a grant request) living `ttl`, rounded down to milliseconds.
+    pub fn new(id: i64, ttl: Duration) -> Self {
+        WireLease {
+            id,
+            ttl_ms: millis(ttl),
+        }
+    }
+
+    /// The time to live.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+}
+
 /// `POST /store/lease/keep-alive` and `/store/lease/revoke`: `{id}`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct LeaseRequest {
