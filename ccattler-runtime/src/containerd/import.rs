@@ -242,7 +242,6 @@ fn blob_path(digest: &str) -> String {
     format!("blobs/{}", digest.replacen(':', "/", 1))
 }
 
-
 fn invalid(archive: &Path, why: &str) -> RuntimeError {
     RuntimeError::StartFailed {
         id: String::new(),
