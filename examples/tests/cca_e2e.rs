@@ -317,7 +317,10 @@ async fn server_two_agents_kill_and_restart() {
     // Restart the server: the workloads on b are untouched.
     let before = running(&client).await.get("b").cloned().unwrap_or_default();
     let processes = marked_pids(&marker);
-    assert!(processes.len() >= INSTANCES, "workloads found: {processes:?}");
+    assert!(
+        processes.len() >= INSTANCES,
+        "workloads found: {processes:?}"
+    );
     let server = &mut cleanup.children[0];
     let _ = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])

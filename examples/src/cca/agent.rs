@@ -29,7 +29,7 @@ use ccattler_runtime::simulator::SimulatorRuntime;
 use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::client::{ApiClient, ClientArgs};
+use super::client::{ApiClient, ClientArgs, DEFAULT_SERVER, SERVER_ENV};
 use super::flags::{parse_cpu, parse_label, parse_memory, parse_time, parse_zone};
 use super::http_store::HttpStore;
 use super::server::write_secret;
@@ -58,12 +58,7 @@ pub enum AgentRuntime {
 )]
 pub struct AgentArgs {
     /// The API server's base URL.
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "CCATTLER_SERVER",
-        default_value = "http://127.0.0.1:7420"
-    )]
+    #[arg(long, value_name = "URL", env = SERVER_ENV, default_value = DEFAULT_SERVER)]
     pub server: String,
     /// This node's credential (not an admin token: `CCATTLER_TOKEN`, which the client
     /// commands read, is ignored here).

@@ -14,16 +14,17 @@ use serde_json::Value as Json;
 
 use super::CliError;
 
+/// The server commands talk to unless told (`--server`, or this environment variable:
+/// [`SERVER_ENV`]).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7420";
+/// The environment variable that names the server.
+pub const SERVER_ENV: &str = "CCATTLER_SERVER";
+
 /// Where the server is and how to authenticate.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ClientArgs {
     /// The API server's base URL.
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "CCATTLER_SERVER",
-        default_value = "http://127.0.0.1:7420"
-    )]
+    #[arg(long, value_name = "URL", env = SERVER_ENV, default_value = DEFAULT_SERVER)]
     pub server: String,
     /// The bearer token (printed by `cca server` at first start).
     #[arg(
