@@ -6,6 +6,7 @@
 //! Uses the shared etcd of `scripts/etcd-up`, each test under a prefix of its own. Without etcd
 //! these tests fail when `CI=true` and say they were skipped otherwise.
 
+use std::fs::File;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -74,23 +75,24 @@ async fn set_desired(store: &EtcdStore, group: &str, count: usize) {
         .expect("put the desired count");
 }
 
-/// Waits until the leader key holds someone other than `not`, returning it and how long it
-/// took. On timeout the panic says what the replica processes did.
+/// Waits until the leader key shows a leader that `is_next` accepts, returning it and how long
+/// it took. On timeout the panic says what the replica processes did.
 async fn next_leader(
     store: &EtcdStore,
-    not: Option<&str>,
+    is_next: impl Fn(&Fact) -> bool,
     replicas: &mut Replicas,
 ) -> (Fact, Duration) {
     let start = Instant::now();
     loop {
-        if let Ok(Some(fact)) = store.get(&leader_key()).await
-            && fact.value_str() != not
+        let answer = store.get(&leader_key()).await;
+        if let Ok(Some(fact)) = &answer
+            && is_next(fact)
         {
-            return (fact, start.elapsed());
+            return (fact.clone(), start.elapsed());
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "no new leader within 30 s; replicas: {}",
+            "no new leader within 30 s; the leader key: {answer:?}; replicas: {}",
             replicas.report()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -105,6 +107,10 @@ fn replica_process() {
     let (Ok(identity), Ok(prefix)) = (std::env::var(REPLICA_ENV), std::env::var(PREFIX_ENV)) else {
         return;
     };
+    tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async move {
         let endpoints = shared_endpoints().expect("the parent passes the endpoints");
@@ -119,54 +125,57 @@ fn replica_process() {
     });
 }
 
-/// Replica processes, killed when dropped (also when the test panics).
-struct Replicas(Vec<(String, Option<Child>)>);
+/// Replica processes, killed when dropped (also when the test panics). Each one logs to a file
+/// of its own, whose end [`Replicas::report`] shows when a check fails.
+struct Replicas {
+    children: Vec<(String, Option<Child>)>,
+    logs: tempfile::TempDir,
+}
 
 impl Replicas {
     fn start(names: &[&str], prefix: &str, endpoints: &str) -> Replicas {
         let exe = std::env::current_exe().expect("the test binary's path");
+        let logs = tempfile::tempdir().expect("a directory for the replicas' logs");
         let children = names
             .iter()
             .map(|name| {
+                let log = File::create(logs.path().join(name)).expect("a replica's log file");
                 let child = Command::new(&exe)
                     .args(["--exact", "replica_process", "--ignored", "--nocapture"])
                     .env(REPLICA_ENV, name)
                     .env(PREFIX_ENV, prefix)
                     .env(ENDPOINTS_ENV, endpoints)
                     .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
+                    .stderr(log)
                     .spawn()
                     .expect("start a replica process");
                 ((*name).to_owned(), Some(child))
             })
             .collect();
-        Replicas(children)
+        Replicas { children, logs }
     }
 
-    /// Each replica's state: running, or its exit status and the end of its stderr.
+    /// Each replica's state (running, killed, or its exit status) and the end of its log.
     fn report(&mut self) -> String {
         let mut lines = Vec::new();
-        for (name, child) in &mut self.0 {
+        for (name, child) in &mut self.children {
             let state = match child.as_mut().map(Child::try_wait) {
                 None => "killed by the test".to_owned(),
                 Some(Ok(None)) => "running".to_owned(),
-                Some(Ok(Some(status))) => {
-                    let mut err = String::new();
-                    if let Some(stderr) = child.as_mut().and_then(|c| c.stderr.as_mut()) {
-                        let _ = std::io::Read::read_to_string(stderr, &mut err);
-                    }
-                    let tail: String = err.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
-                    format!("exited {status}: {tail}")
-                }
+                Some(Ok(Some(status))) => format!("exited {status}"),
                 Some(Err(err)) => format!("unknown ({err})"),
             };
-            lines.push(format!("{name}: {state}"));
+            let log =
+                std::fs::read_to_string(self.logs.path().join(name.as_str())).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(8).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            lines.push(format!("\n{name}: {state}\n    {}", tail.join("\n    ")));
         }
-        lines.join("; ")
+        lines.concat()
     }
 
     fn kill(&mut self, name: &str) {
-        for (n, child) in &mut self.0 {
+        for (n, child) in &mut self.children {
             if n == name
                 && let Some(mut child) = child.take()
             {
@@ -179,7 +188,7 @@ impl Replicas {
 
 impl Drop for Replicas {
     fn drop(&mut self) {
-        let names: Vec<String> = self.0.iter().map(|(n, _)| n.clone()).collect();
+        let names: Vec<String> = self.children.iter().map(|(n, _)| n.clone()).collect();
         for name in names {
             self.kill(&name);
         }
@@ -196,27 +205,28 @@ async fn replicas_fail_over_when_the_leader_is_revoked_or_killed() {
     let endpoints = store.config().endpoints.join(",");
     set_desired(&store, "web", 5).await;
     let mut replicas = Replicas::start(&["a", "b", "c"], &prefix, &endpoints);
-    let (first, _) = next_leader(&store, None, &mut replicas).await;
+    let (first, _) = next_leader(&store, |_| true, &mut replicas).await;
     converge(&store, "web", 5).await;
-    let first_name = first.value_str().unwrap_or_default().to_owned();
 
-    // The leader's lease is revoked: another replica leads within the TTL.
+    // The leader's lease is revoked: a new term starts within the TTL. The deposed replica may
+    // win it again; it campaigns like the others.
     let lease = first.lease.expect("the leader key is on a lease");
     store
         .revoke_lease(lease)
         .await
         .expect("revoke the leader's lease");
-    let (second, took) = next_leader(&store, Some(&first_name), &mut replicas).await;
+    let newer = |fact: &Fact| fact.create_revision > first.create_revision;
+    let (second, took) = next_leader(&store, newer, &mut replicas).await;
     eprintln!("{CHECK}: lease revoked, {second:?} leads after {took:?}");
     assert!(took <= TTL, "failover after revoke took {took:?}");
-    assert!(second.create_revision > first.create_revision);
     set_desired(&store, "web", 7).await;
     converge(&store, "web", 7).await;
 
     // The new leader's process is killed: its lease expires and a third replica leads.
     let second_name = second.value_str().unwrap_or_default().to_owned();
     replicas.kill(&second_name);
-    let (third, took) = next_leader(&store, Some(&second_name), &mut replicas).await;
+    let other = |fact: &Fact| fact.value_str() != Some(second_name.as_str());
+    let (third, took) = next_leader(&store, other, &mut replicas).await;
     eprintln!("{CHECK}: leader process killed, {third:?} leads after {took:?}");
     assert!(took <= TTL + SLACK, "failover after kill took {took:?}");
     set_desired(&store, "web", 9).await;
