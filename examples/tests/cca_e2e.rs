@@ -7,33 +7,33 @@
 //! skipped when run by hand.
 #![cfg(feature = "etcd")]
 
+mod processes;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_store::etcd::server::{shared_endpoints, skip_or_fail};
 use hyper::Method;
+use processes::{
+    Children, admin_token, apply, cca, enrollment_token, free_port, read_log, running, start_agent,
+    start_server, terminate, unique, wait_for,
+};
 
 const LEASE_TTL: Duration = Duration::from_secs(4);
 const INSTANCES: usize = 4;
 
-/// Child processes killed when the test ends, pass or fail; and every workload started with
-/// the test's marker in its command line.
-struct Cleanup {
-    children: Vec<Child>,
-    marker: String,
-}
+/// Every workload started with the test's marker in its command line, killed when dropped
+/// (they outlive a killed agent, as on a real node).
+struct Workloads(String);
 
-impl Drop for Cleanup {
+impl Drop for Workloads {
     fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
+        for pid in marked_pids(&self.0) {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
         }
-        kill_marked(&self.marker);
     }
 }
 
@@ -56,119 +56,6 @@ fn marked_pids(marker: &str) -> Vec<String> {
     pids
 }
 
-/// Kills every workload of the test (they outlive a killed agent, as on a real node).
-fn kill_marked(marker: &str) {
-    for pid in marked_pids(marker) {
-        let _ = Command::new("kill").args(["-9", &pid]).status();
-    }
-}
-
-fn cca() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cca"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// Starts `cca server` and waits for its "listening" line.
-fn start_server(dir: &Path, port: u16, endpoints: &str, prefix: &str, n: u32) -> Child {
-    let log = std::fs::File::create(dir.join(format!("server-{n}.log"))).expect("log");
-    let mut child = cca()
-        .args(["server", "--listen", &format!("127.0.0.1:{port}")])
-        .args([
-            "--store",
-            "etcd",
-            "--etcd",
-            endpoints,
-            "--etcd-prefix",
-            prefix,
-        ])
-        .arg("--token-file")
-        .arg(dir.join("admin-token"))
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("cca server starts");
-    let mut line = String::new();
-    let stdout = child.stdout.take().expect("stdout");
-    BufReader::new(stdout).read_line(&mut line).expect("read");
-    assert!(
-        line.contains("listening on"),
-        "the server did not start: {line:?}; its log: {}",
-        std::fs::read_to_string(dir.join(format!("server-{n}.log"))).unwrap_or_default()
-    );
-    child
-}
-
-fn enrollment_token(url: &str, admin: &str) -> String {
-    let out = cca()
-        .args(["token", "create", "--server", url, "--token", admin])
-        .output()
-        .expect("cca token create");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn start_agent(dir: &Path, url: &str, node: &str, enroll: &str) -> Child {
-    let state = dir.join(node);
-    let log = std::fs::File::create(dir.join(format!("agent-{node}.log"))).expect("log");
-    cca()
-        .args(["agent", "--server", url, "--node", node, "--enroll", enroll])
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--cpu", "4", "--memory", "4Gi", "--stop-grace", "1s"])
-        .args(["--lease-ttl", &format!("{}s", LEASE_TTL.as_secs())])
-        .env_remove("CCATTLER_NODE_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("cca agent starts")
-}
-
-/// Running instances by node: `{node: {instance id: create revision}}`.
-async fn running(client: &ApiClient) -> BTreeMap<String, BTreeMap<String, u64>> {
-    let mut by_node: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    let Ok(Ok(answer)) = client
-        .json(Method::GET, "/state?prefix=observed/instance/", "")
-        .await
-    else {
-        return by_node;
-    };
-    for fact in answer["facts"].as_array().into_iter().flatten() {
-        if fact["value"]["state"] == "running" {
-            let node = fact["value"]["node"].as_str().unwrap_or("?").to_owned();
-            let key = fact["key"].as_str().unwrap_or("?");
-            let id = key.rsplit('/').next().unwrap_or(key).to_owned();
-            let created = fact["create_revision"].as_u64().unwrap_or(0);
-            by_node.entry(node).or_default().insert(id, created);
-        }
-    }
-    by_node
-}
-
-async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> (T, Duration) {
-    let start = Instant::now();
-    loop {
-        if let Some(found) = probe().await {
-            return (found, start.elapsed());
-        }
-        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn read_log(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_two_agents_kill_and_restart() {
     let Some(endpoints) = shared_endpoints() else {
@@ -183,25 +70,26 @@ async fn server_two_agents_kill_and_restart() {
         return;
     }
     let endpoints = endpoints.join(",");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let dir: PathBuf = dir.path().to_owned();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let prefix = format!("cca-e2e-{}-{nanos}/", std::process::id());
-    let marker = format!("cca-e2e-marker-{}-{nanos}", std::process::id());
-    let mut cleanup = Cleanup {
-        children: Vec::new(),
-        marker: marker.clone(),
-    };
+    let tempdir = tempfile::tempdir().expect("tempdir");
+    let dir: PathBuf = tempdir.path().to_owned();
+    let prefix = format!("{}/", unique("cca-e2e"));
+    let marker = unique("cca-e2e-marker");
+    let store = [
+        "--store",
+        "etcd",
+        "--etcd",
+        &endpoints,
+        "--etcd-prefix",
+        &prefix,
+    ];
+    // Dropped in reverse order: the processes first, then the workloads they left.
+    let _workloads = Workloads(marker.clone());
+    let mut children = Children::default();
 
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    cleanup
-        .children
-        .push(start_server(&dir, port, &endpoints, &prefix, 1));
-    let admin = std::fs::read_to_string(dir.join("admin-token")).expect("admin token");
-    let admin = admin.trim().to_owned();
+    children.0.push(start_server(&dir, port, &store, 1));
+    let admin = admin_token(&dir);
     let client = ApiClient::new(&ClientArgs {
         server: url.clone(),
         token: Some(admin.clone()),
@@ -226,9 +114,22 @@ async fn server_two_agents_kill_and_restart() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("refused"));
 
     // Two agents, each enrolled with its own one-time token.
+    let ttl = format!("{}s", LEASE_TTL.as_secs());
+    let flags = [
+        "--cpu",
+        "4",
+        "--memory",
+        "4Gi",
+        "--stop-grace",
+        "1s",
+        "--lease-ttl",
+        &ttl,
+    ];
     for node in ["a", "b"] {
         let token = enrollment_token(&url, &admin);
-        cleanup.children.push(start_agent(&dir, &url, node, &token));
+        children
+            .0
+            .push(start_agent(&dir, &url, node, &token, &flags));
     }
     // A reused enrollment token is refused.
     let token = enrollment_token(&url, &admin);
@@ -238,20 +139,10 @@ async fn server_two_agents_kill_and_restart() {
     let again = client.json(Method::POST, "/api/enroll", enroll("d")).await;
     assert!(matches!(&again, Ok(Err(f)) if f.status == 401), "{again:?}");
 
-    let doc = dir.join("app.cca");
-    std::fs::write(
-        &doc,
-        format!(
-            "service sleeper {{\n    image busybox\n    command \"sh -c 'while true; do sleep 1; done' {marker}\"\n    instances {INSTANCES}\n    resources {{\n        cpu 100m\n        memory 16Mi\n    }}\n}}\n"
-        ),
-    )
-    .expect("write the file");
-    let applied = cca()
-        .args(["apply", "--server", &url, "--token", &admin])
-        .arg(&doc)
-        .output()
-        .expect("cca apply");
-    assert!(applied.status.success(), "{applied:?}");
+    let doc = format!(
+        "service sleeper {{\n    image busybox\n    command \"sh -c 'while true; do sleep 1; done' {marker}\"\n    instances {INSTANCES}\n    resources {{\n        cpu 100m\n        memory 16Mi\n    }}\n}}\n"
+    );
+    apply(&dir, &url, &admin, &doc, &[]);
 
     let (spread, took) = wait_for(
         "4 instances running on a and b",
@@ -274,7 +165,7 @@ async fn server_two_agents_kill_and_restart() {
         .stderr(Stdio::null())
         .spawn()
         .expect("curl starts");
-    cleanup.children.push(curl);
+    children.0.push(curl);
     wait_for("curl connected", Duration::from_secs(10), async || {
         read_log(&dir, "curl.out")
             .contains("event: ready")
@@ -283,7 +174,7 @@ async fn server_two_agents_kill_and_restart() {
     .await;
 
     // kill -9 agent a (children[1]): its instances must run on b within the lease TTL + 2 s.
-    cleanup.children[1].kill().expect("kill -9 agent a");
+    children.0[1].kill().expect("kill -9 agent a");
     let killed = Instant::now();
     let (on_b, _) = wait_for(
         "every instance running on b",
@@ -321,12 +212,8 @@ async fn server_two_agents_kill_and_restart() {
         processes.len() >= INSTANCES,
         "workloads found: {processes:?}"
     );
-    let server = &mut cleanup.children[0];
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
-    cleanup.children[0] = start_server(&dir, port, &endpoints, &prefix, 2);
+    terminate(&mut children.0[0]);
+    children.0[0] = start_server(&dir, port, &store, 2);
     tokio::time::sleep(LEASE_TTL + Duration::from_secs(2)).await;
     let after = running(&client).await.get("b").cloned().unwrap_or_default();
     assert_eq!(
@@ -345,5 +232,4 @@ async fn server_two_agents_kill_and_restart() {
         .await
         .expect("status");
     assert_eq!(status["services"][0]["running"], INSTANCES, "{status}");
-    drop(cleanup);
 }

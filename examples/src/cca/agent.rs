@@ -228,9 +228,13 @@ async fn serve<R: Runtime>(
         .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
     let agent = NodeAgent::new(store, runtime, args.config())
         .map_err(|err| CliError::Start(format!("the agent: {err}")))?;
+    let runtime_name = clap::ValueEnum::to_possible_value(&args.runtime).map_or_else(
+        || format!("{:?}", args.runtime),
+        |v| v.get_name().to_owned(),
+    );
     println!(
-        "cca agent: node {} following {} (runtime: {:?})",
-        args.node, args.server, args.runtime
+        "cca agent: node {} following {} (runtime: {runtime_name})",
+        args.node, args.server
     );
     let _ = std::io::Write::flush(&mut std::io::stdout());
     agent

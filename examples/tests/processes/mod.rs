@@ -1,0 +1,168 @@
+//! The harness of the end-to-end tests that run `cca` as separate processes, as a user does:
+//! starting `cca server` and `cca agent`, enrolling agents, waiting on the API, and killing
+//! every process the test started when it ends, pass or fail.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ccattler_examples::cca::client::ApiClient;
+use hyper::Method;
+
+/// The `cca` binary under test.
+pub fn cca() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cca"))
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A name no other run of the tests uses: `{what}-{pid}-{nanos}`.
+pub fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{what}-{}-{nanos}", std::process::id())
+}
+
+/// Child processes killed (SIGKILL) when dropped.
+#[derive(Default)]
+pub struct Children(pub Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `cca server` on `127.0.0.1:{port}` with `store_args` (such as `--store memory`),
+/// its admin token written to `{dir}/admin-token` and its log to `{dir}/server-{n}.log`; waits
+/// for its "listening" line.
+pub fn start_server(dir: &Path, port: u16, store_args: &[&str], n: u32) -> Child {
+    let log_name = format!("server-{n}.log");
+    let log = std::fs::File::create(dir.join(&log_name)).expect("log");
+    let mut child = cca()
+        .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+        .args(store_args)
+        .arg("--token-file")
+        .arg(dir.join("admin-token"))
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("cca server starts");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    BufReader::new(stdout).read_line(&mut line).expect("read");
+    assert!(
+        line.contains("listening on"),
+        "the server did not start: {line:?}; its log: {}",
+        read_log(dir, &log_name)
+    );
+    child
+}
+
+/// The admin token `start_server` wrote into `dir`.
+pub fn admin_token(dir: &Path) -> String {
+    read_log(dir, "admin-token").trim().to_owned()
+}
+
+/// A fresh one-time enrollment token, from `cca token create`.
+pub fn enrollment_token(url: &str, admin: &str) -> String {
+    let out = cca()
+        .args(["token", "create", "--server", url, "--token", admin])
+        .output()
+        .expect("cca token create");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Starts `cca agent` for `node`, enrolled with `enroll`, its state in `{dir}/{node}` and its
+/// log in `{dir}/agent-{node}.log`; `extra` adds flags (runtime, capacity, lease TTL...).
+pub fn start_agent(dir: &Path, url: &str, node: &str, enroll: &str, extra: &[&str]) -> Child {
+    let log = std::fs::File::create(dir.join(format!("agent-{node}.log"))).expect("log");
+    cca()
+        .args(["agent", "--server", url, "--node", node, "--enroll", enroll])
+        .arg("--state-dir")
+        .arg(dir.join(node))
+        .args(extra)
+        .env_remove("CCATTLER_NODE_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("cca agent starts")
+}
+
+/// `cca apply` of `doc` (written to `{dir}/app.cca`) against `url`; panics when it fails.
+pub fn apply(dir: &Path, url: &str, admin: &str, doc: &str, extra: &[&str]) {
+    let path = dir.join("app.cca");
+    std::fs::write(&path, doc).expect("write the file");
+    let applied = cca()
+        .args(["apply", "--server", url, "--token", admin])
+        .args(extra)
+        .arg(&path)
+        .output()
+        .expect("cca apply");
+    assert!(applied.status.success(), "{applied:?}");
+}
+
+/// Stops a child the way Ctrl-C or a service manager does (SIGTERM) and waits for it.
+pub fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// Running instances by node, from the API: `{node: {instance id: create revision}}`.
+pub async fn running(client: &ApiClient) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut by_node: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let Ok(Ok(answer)) = client
+        .json(Method::GET, "/state?prefix=observed/instance/", "")
+        .await
+    else {
+        return by_node;
+    };
+    for fact in answer["facts"].as_array().into_iter().flatten() {
+        if fact["value"]["state"] == "running" {
+            let node = fact["value"]["node"].as_str().unwrap_or("?").to_owned();
+            let key = fact["key"].as_str().unwrap_or("?");
+            let id = key.rsplit('/').next().unwrap_or(key).to_owned();
+            let created = fact["create_revision"].as_u64().unwrap_or(0);
+            by_node.entry(node).or_default().insert(id, created);
+        }
+    }
+    by_node
+}
+
+/// Polls `probe` every 100 ms until it returns something; panics after `timeout`.
+pub async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> (T, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(found) = probe().await {
+            return (found, start.elapsed());
+        }
+        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The content of `{dir}/{name}`, or nothing.
+pub fn read_log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
