@@ -86,9 +86,10 @@ async fn server_two_agents_kill_and_restart() {
     let _workloads = Workloads(marker.clone());
     let mut children = Children::default();
 
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    children.0.push(start_server(&dir, port, &store, 1));
+    // A fixed port, so that the restarted server is found where the agents look.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (server, url) = start_server(&dir, &listen, &store, 1);
+    children.0.push(server);
     let admin = admin_token(&dir);
     let client = ApiClient::new(&ClientArgs {
         server: url.clone(),
@@ -213,7 +214,7 @@ async fn server_two_agents_kill_and_restart() {
         "workloads found: {processes:?}"
     );
     terminate(&mut children.0[0]);
-    children.0[0] = start_server(&dir, port, &store, 2);
+    children.0[0] = start_server(&dir, &listen, &store, 2).0;
     tokio::time::sleep(LEASE_TTL + Duration::from_secs(2)).await;
     let after = running(&client).await.get("b").cloned().unwrap_or_default();
     assert_eq!(

@@ -19,8 +19,8 @@ use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busybox_archive};
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
 use processes::{
-    Children, admin_token, apply, enrollment_token, free_port, read_log, running, start_agent,
-    start_server, terminate, wait_for,
+    Children, admin_token, apply, enrollment_token, read_log, running, start_agent, start_server,
+    terminate, wait_for,
 };
 
 const CHECK: &str = "cca_agent_runs_adopts_and_removes_containerd_containers";
@@ -131,11 +131,8 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
         dir: dir.clone(),
     };
     let mut children = Children::default();
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    children
-        .0
-        .push(start_server(&dir, port, &["--store", "memory"], 1));
+    let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
+    children.0.push(server);
     let admin = admin_token(&dir);
     let client = ApiClient::new(&ClientArgs {
         server: url.clone(),

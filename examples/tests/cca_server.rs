@@ -1,22 +1,13 @@
 //! `cca server` as a binary, with the client commands: on a MemoryStore, and on etcd.
 
 mod common;
+mod processes;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use common::DOC;
+use processes::{Children, admin_token, start_server};
 use serde_json::Value;
-
-/// Kills the server even when an assertion fails.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn cca_server_apply_status_and_get() {
@@ -32,10 +23,7 @@ fn cca_server_on_etcd() {
         skip_or_fail("cca_server_on_etcd", "no shared test etcd");
         return;
     };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let prefix = format!("cca-server-test-{}-{nanos}/", std::process::id());
+    let prefix = format!("{}/", processes::unique("cca-server-test"));
     let endpoints = endpoints.join(",");
     exercise(&[
         "--store",
@@ -47,42 +35,21 @@ fn cca_server_on_etcd() {
     ]);
 }
 
-/// Starts `cca server` with `extra` arguments, applies, reads the status and the facts.
-fn exercise(extra: &[&str]) {
+/// Starts `cca server` with `store_args`, applies, reads the status and the facts.
+fn exercise(store_args: &[&str]) {
     let cca = env!("CARGO_BIN_EXE_cca");
     let dir = tempfile::tempdir().expect("tempdir");
-    let token_file = dir.path().join("token");
     let doc = dir.path().join("app.cca");
     std::fs::write(&doc, DOC).expect("write doc");
-    let log = std::fs::File::create(dir.path().join("server.log")).expect("log file");
-    let mut child = Command::new(cca)
-        .args(["server", "--listen", "127.0.0.1:0", "--token-file"])
-        .arg(&token_file)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("cca server starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let server = Server(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read line");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| {
-            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
-            panic!("no URL in {line:?}; the server said: {log}")
-        })
-        .to_owned();
-    let token = std::fs::read_to_string(&token_file).expect("token file");
+    // Port 0: the server says which port it got.
+    let (server, url) = start_server(dir.path(), "127.0.0.1:0", store_args, 1);
+    let server = Children(vec![server]);
+    let token = admin_token(dir.path());
     let run = |args: &[&str]| {
         Command::new(cca)
             .args(args)
             .args(["--server", &url])
-            .env("CCATTLER_TOKEN", token.trim())
+            .env("CCATTLER_TOKEN", &token)
             .output()
             .expect("cca runs")
     };

@@ -47,14 +47,14 @@ impl Drop for Children {
     }
 }
 
-/// Starts `cca server` on `127.0.0.1:{port}` with `store_args` (such as `--store memory`),
-/// its admin token written to `{dir}/admin-token` and its log to `{dir}/server-{n}.log`; waits
-/// for its "listening" line.
-pub fn start_server(dir: &Path, port: u16, store_args: &[&str], n: u32) -> Child {
+/// Starts `cca server` listening on `listen` (such as `127.0.0.1:0`) with `store_args` (such
+/// as `--store memory`), its admin token written to `{dir}/admin-token` and its log to
+/// `{dir}/server-{n}.log`; waits for its "listening on URL" line and returns it with the URL.
+pub fn start_server(dir: &Path, listen: &str, store_args: &[&str], n: u32) -> (Child, String) {
     let log_name = format!("server-{n}.log");
     let log = std::fs::File::create(dir.join(&log_name)).expect("log");
     let mut child = cca()
-        .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["server", "--listen", listen])
         .args(store_args)
         .arg("--token-file")
         .arg(dir.join("admin-token"))
@@ -65,12 +65,18 @@ pub fn start_server(dir: &Path, port: u16, store_args: &[&str], n: u32) -> Child
     let mut line = String::new();
     let stdout = child.stdout.take().expect("stdout");
     BufReader::new(stdout).read_line(&mut line).expect("read");
-    assert!(
-        line.contains("listening on"),
-        "the server did not start: {line:?}; its log: {}",
-        read_log(dir, &log_name)
-    );
-    child
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!(
+                "the server did not start: {line:?}; its log: {}",
+                read_log(dir, &log_name)
+            )
+        })
+        .to_owned();
+    (child, url)
 }
 
 /// The admin token `start_server` wrote into `dir`.
