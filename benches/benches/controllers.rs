@@ -28,14 +28,7 @@ const PER_NODE: usize = 10;
 const PER_SERVICE: usize = 100;
 
 fn fact(key: Key, value: Value) -> Fact {
-    Fact {
-        key,
-        value,
-        create_revision: Revision(1),
-        mod_revision: Revision(1),
-        version: 1,
-        lease: None,
-    }
+    Fact::created(key, value, Revision(1))
 }
 
 fn node_name(i: usize) -> String {

@@ -24,14 +24,7 @@ const ZONES: [&str; 3] = ["z1", "z2", "z3"];
 const SERVICES: usize = 3;
 
 fn fact(key: Key, value: Value) -> Fact {
-    Fact {
-        key,
-        value,
-        create_revision: Revision(1),
-        mod_revision: Revision(1),
-        version: 1,
-        lease: None,
-    }
+    Fact::created(key, value, Revision(1))
 }
 
 /// A node drawn at random: cores, GiB, zone, `disk=ssd`, tainted `dedicated`.

@@ -69,6 +69,27 @@ pub struct Fact {
 }
 
 impl Fact {
+    /// The fact as a put that creates `key` at `revision` leaves it: created and last modified
+    /// at `revision`, version 1, no lease. Handy for views built by hand in tests and benches.
+    ///
+    /// ```
+    /// use ccattler_core::{Fact, Key, Revision};
+    ///
+    /// let fact = Fact::created(Key::new("desired/service/web")?, "{}".into(), Revision(7));
+    /// assert_eq!((fact.create_revision, fact.version), (Revision(7), 1));
+    /// # Ok::<(), ccattler_core::KeyError>(())
+    /// ```
+    pub fn created(key: Key, value: Value, revision: Revision) -> Fact {
+        Fact {
+            key,
+            value,
+            create_revision: revision,
+            mod_revision: revision,
+            version: 1,
+            lease: None,
+        }
+    }
+
     /// The value as UTF-8 text, if it is.
     pub fn value_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.value).ok()

@@ -138,14 +138,11 @@ mod tests {
     use super::*;
 
     fn fact(key: &str, rev: u64) -> Fact {
-        Fact {
-            key: Key::new(key).unwrap(),
-            value: bytes::Bytes::from_static(b"v"),
-            create_revision: Revision(rev),
-            mod_revision: Revision(rev),
-            version: 1,
-            lease: None,
-        }
+        Fact::created(
+            Key::new(key).unwrap(),
+            crate::Value::from_static(b"v"),
+            Revision(rev),
+        )
     }
 
     #[test]

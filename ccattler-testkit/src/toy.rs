@@ -82,14 +82,7 @@ mod tests {
     use std::time::SystemTime;
 
     fn fact(key: &str, value: &str) -> Fact {
-        Fact {
-            key: Key::new(key).unwrap(),
-            value: value.to_owned().into(),
-            create_revision: Revision(1),
-            mod_revision: Revision(1),
-            version: 1,
-            lease: None,
-        }
+        Fact::created(Key::new(key).unwrap(), value.to_owned().into(), Revision(1))
     }
 
     fn plan(facts: Vec<Fact>) -> Vec<Change> {

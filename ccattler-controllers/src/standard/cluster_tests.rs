@@ -5,14 +5,7 @@ use crate::standard::ClusterCache;
 use ccattler_core::schema::{Resources, keys};
 
 fn fact(key: Key, value: ccattler_core::Value, rev: u64) -> Fact {
-    Fact {
-        key,
-        value,
-        create_revision: Revision(rev),
-        mod_revision: Revision(rev),
-        version: 1,
-        lease: None,
-    }
+    Fact::created(key, value, Revision(rev))
 }
 
 fn world() -> FactView {

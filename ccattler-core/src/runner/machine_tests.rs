@@ -13,14 +13,7 @@ fn key(k: &str) -> Key {
 }
 
 fn fact(k: &str, v: &str, rev: u64) -> Fact {
-    Fact {
-        key: key(k),
-        value: v.to_owned().into(),
-        create_revision: Revision(rev),
-        mod_revision: Revision(rev),
-        version: 1,
-        lease: None,
-    }
+    Fact::created(key(k), v.to_owned().into(), Revision(rev))
 }
 
 fn put_event(k: &str, v: &str, rev: u64) -> WatchEvent {

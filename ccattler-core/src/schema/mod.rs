@@ -287,27 +287,17 @@ mod tests {
         let text = std::str::from_utf8(&value).unwrap();
         assert!(text.contains(r#""cpu":"500m""#), "{text}");
         assert!(text.contains(r#""every":"10s""#), "{text}");
-        let fact = Fact {
-            key: keys::service("team/web").unwrap(),
-            value,
-            create_revision: Revision(1),
-            mod_revision: Revision(1),
-            version: 1,
-            lease: None,
-        };
+        let fact = Fact::created(keys::service("team/web").unwrap(), value, Revision(1));
         assert_eq!(decode::<ServiceSpec>(&fact).unwrap(), spec);
     }
 
     #[test]
     fn decode_errors_name_the_key_and_record() {
-        let fact = Fact {
-            key: keys::node("n1").unwrap(),
-            value: Value::from_static(b"{\"cpu\": 12}"),
-            create_revision: Revision(1),
-            mod_revision: Revision(1),
-            version: 1,
-            lease: None,
-        };
+        let fact = Fact::created(
+            keys::node("n1").unwrap(),
+            Value::from_static(b"{\"cpu\": 12}"),
+            Revision(1),
+        );
         let err = decode::<NodeStatus>(&fact).unwrap_err().to_string();
         assert_eq!(
             err,
