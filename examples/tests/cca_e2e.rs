@@ -15,11 +15,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccattler_examples::cca::client::{ApiClient, ClientArgs};
-use ccattler_store::etcd::server::{shared_endpoints, skip_or_fail};
+use ccattler_store::etcd::server::skip_or_fail;
 use hyper::Method;
 use processes::{
-    Children, admin_token, apply, cca, enrollment_token, free_port, read_log, running, start_agent,
-    start_server, terminate, unique, wait_for,
+    Children, admin_token, apply, cca, enrollment_token, etcd_store_flags, free_port, read_log,
+    running, start_agent, start_server, terminate, unique, wait_for,
 };
 
 const LEASE_TTL: Duration = Duration::from_secs(4);
@@ -58,8 +58,7 @@ fn marked_pids(marker: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_two_agents_kill_and_restart() {
-    let Some(endpoints) = shared_endpoints() else {
-        skip_or_fail("server_two_agents_kill_and_restart", "no shared test etcd");
+    let Some(store) = etcd_store_flags("server_two_agents_kill_and_restart") else {
         return;
     };
     if Command::new("curl").arg("--version").output().is_err() {
@@ -69,19 +68,9 @@ async fn server_two_agents_kill_and_restart() {
         );
         return;
     }
-    let endpoints = endpoints.join(",");
     let tempdir = tempfile::tempdir().expect("tempdir");
     let dir: PathBuf = tempdir.path().to_owned();
-    let prefix = format!("{}/", unique("cca-e2e"));
     let marker = unique("cca-e2e-marker");
-    let store = [
-        "--store",
-        "etcd",
-        "--etcd",
-        &endpoints,
-        "--etcd-prefix",
-        &prefix,
-    ];
     // Dropped in reverse order: the processes first, then the workloads they left.
     let _workloads = Workloads(marker.clone());
     let mut children = Children::default();

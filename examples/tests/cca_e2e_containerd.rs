@@ -205,6 +205,11 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
         .expect("cca agent restarts");
     children.0[1] = restarted;
     tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        matches!(children.0[1].try_wait(), Ok(None)),
+        "the restarted agent stopped; it said: {}",
+        read_log(&dir, "agent-n1-restarted.log")
+    );
     assert_eq!(
         running(&client).await.remove("n1").unwrap_or_default(),
         ids,

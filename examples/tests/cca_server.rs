@@ -11,32 +11,21 @@ use serde_json::Value;
 
 #[test]
 fn cca_server_apply_status_and_get() {
-    exercise(&[]);
+    let defaults: [&str; 0] = [];
+    exercise(&defaults);
 }
 
 /// The same on the shared test etcd, under a prefix of its own.
 #[cfg(feature = "etcd")]
 #[test]
 fn cca_server_on_etcd() {
-    use ccattler_store::etcd::server::{shared_endpoints, skip_or_fail};
-    let Some(endpoints) = shared_endpoints() else {
-        skip_or_fail("cca_server_on_etcd", "no shared test etcd");
-        return;
-    };
-    let prefix = format!("{}/", processes::unique("cca-server-test"));
-    let endpoints = endpoints.join(",");
-    exercise(&[
-        "--store",
-        "etcd",
-        "--etcd",
-        &endpoints,
-        "--etcd-prefix",
-        &prefix,
-    ]);
+    if let Some(store) = processes::etcd_store_flags("cca_server_on_etcd") {
+        exercise(&store);
+    }
 }
 
 /// Starts `cca server` with `store_args`, applies, reads the status and the facts.
-fn exercise(store_args: &[&str]) {
+fn exercise(store_args: &[impl AsRef<std::ffi::OsStr>]) {
     let cca = env!("CARGO_BIN_EXE_cca");
     let dir = tempfile::tempdir().expect("tempdir");
     let doc = dir.path().join("app.cca");

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -24,6 +25,27 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// `cca server`'s flags for the shared test etcd, under a prefix of `test`'s own; `None`
+/// (after failing under CI, or saying the test skipped) without that etcd.
+#[cfg(feature = "etcd")]
+pub fn etcd_store_flags(test: &str) -> Option<Vec<String>> {
+    use ccattler_store::etcd::server::{shared_endpoints, skip_or_fail};
+    let Some(endpoints) = shared_endpoints() else {
+        skip_or_fail(test, "no shared test etcd");
+        return None;
+    };
+    let prefix = format!("{}/", unique(test));
+    let flags = [
+        "--store",
+        "etcd",
+        "--etcd",
+        &endpoints.join(","),
+        "--etcd-prefix",
+        &prefix,
+    ];
+    Some(flags.map(str::to_owned).to_vec())
 }
 
 /// A name no other run of the tests uses: `{what}-{pid}-{nanos}`.
@@ -50,7 +72,12 @@ impl Drop for Children {
 /// Starts `cca server` listening on `listen` (such as `127.0.0.1:0`) with `store_args` (such
 /// as `--store memory`), its admin token written to `{dir}/admin-token` and its log to
 /// `{dir}/server-{n}.log`; waits for its "listening on URL" line and returns it with the URL.
-pub fn start_server(dir: &Path, listen: &str, store_args: &[&str], n: u32) -> (Child, String) {
+pub fn start_server(
+    dir: &Path,
+    listen: &str,
+    store_args: &[impl AsRef<OsStr>],
+    n: u32,
+) -> (Child, String) {
     let log_name = format!("server-{n}.log");
     let log = std::fs::File::create(dir.join(&log_name)).expect("log");
     let mut child = cca()
