@@ -14,6 +14,7 @@ use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::process::ProcessRuntime;
 use ccattler_store::MemoryStore;
 use ccattler_testkit::faulty::FaultyStore;
+use futures_util::StreamExt;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -116,24 +117,43 @@ impl Node {
     }
 
     /// Waits (real time, at most 20 s) until the instance's observation satisfies `check`.
+    /// Every write of the observation is looked at, through a watch, so that a state the agent
+    /// reports for one pass only (such as unhealthy, just before a restart) is not missed.
     async fn wait_for(
         &self,
         id: &str,
         what: &str,
         check: impl Fn(&InstanceObservation) -> bool,
     ) -> InstanceObservation {
-        for _ in 0..400 {
-            if let Some(o) = self.observation(id).await
-                && check(&o)
-            {
-                return o;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let store = self.store.inner();
+        let key = schema::keys::observed_instance(NODE, id).expect("key");
+        let from = store.revision().await.expect("revision").next();
+        let mut watch = store.watch(key.as_str(), from).await.expect("watch");
+        if let Some(o) = self.observation(id).await
+            && check(&o)
+        {
+            return o;
         }
-        panic!(
-            "{id} never became {what}: last observation {:?}",
-            self.observation(id).await
-        );
+        let seen = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(event) = watch.next().await {
+                let event = event.expect("the watch delivers");
+                if event.key() == &key
+                    && let Ok(o) = schema::decode::<InstanceObservation>(&event.fact)
+                    && check(&o)
+                {
+                    return Some(o);
+                }
+            }
+            None
+        })
+        .await;
+        match seen {
+            Ok(Some(o)) => o,
+            _ => panic!(
+                "{id} never became {what}: last observation {:?}",
+                self.observation(id).await
+            ),
+        }
     }
 }
 
