@@ -69,6 +69,7 @@ scenarios! {
     rolling_update => "013_rolling_update.txt",
     scale_by_redeclaration => "014_scale_by_redeclaration.txt",
     autoscaler_clamped => "015_autoscaler_clamped.txt",
+    bad_deploy_keeps_old_ready => "016_bad_deploy_keeps_old_ready.txt",
 }
 
 #[test]

@@ -13,7 +13,7 @@ use super::cluster::{Instance, Standing};
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///
-/// # Counting (ARCHITECTURE.md section 6)
+/// # Counting
 ///
 /// - Current-version instances that are pending, placed, pulling, starting or running are
 ///   present work: a slow image pull never causes more creations.
@@ -22,10 +22,25 @@ use super::cluster::{Instance, Standing};
 ///   failed one is asked to stop and replaced once; from then on the replacement counts.
 /// - An instance placed on a node whose lease expired does not count and is replaced. If the node
 ///   comes back, the extra instances are stopped in the order below.
-/// - Instances of an older spec version are stopped, paced by the service's update policy:
-///   replacements are created up to `max_extra` above the count, and old running instances are
-///   stopped only while at least `count - max_unavailable` instances run.
 /// - A service with no effective record (deleted) has all its instances stopped.
+///
+/// # Rolling updates
+///
+/// Instances of an older spec version are replaced, paced by the service's update policy, and
+/// availability is counted in *ready* instances ([`Instance::is_ready`]: running and passing
+/// the readiness probe), never merely running ones:
+///
+/// - replacements are created while the current-version instances are fewer than the count and
+///   all instances that still run or will run (current and old) stay at most `max_extra` above
+///   the count;
+/// - an old instance that still runs or will run but is not ready (pending, starting, or
+///   running and failing its readiness probe) is stopped at once: it serves nothing;
+/// - an old ready instance is stopped only while the ready instances, current and old together,
+///   stay above `count - max_unavailable`, so that stopping it leaves at least that many ready.
+///
+/// So a new version that runs but never becomes ready stops no more than `max_unavailable`
+/// ready old instances: with `max_unavailable 0` every old ready instance keeps running, and the
+/// rollout waits (at most `max_extra` new instances exist) until new instances become ready.
 ///
 /// # Stop order (stable and documented)
 ///
@@ -174,12 +189,12 @@ impl ServicePlan<'_> {
             }
         }
 
-        // Stop old instances: those not running freely, running ones while enough run.
-        let running = |list: &[&Instance]| list.iter().filter(|i| i.is_running()).count();
+        // Stop old instances: those not ready freely, ready ones while enough stay ready.
+        let ready = |list: &[&Instance]| list.iter().filter(|i| i.is_ready()).count();
         let min_available = target.saturating_sub(self.update.max_unavailable as usize);
-        let mut available = running(&present) + running(&old_active);
+        let mut available = ready(&present) + ready(&old_active);
         for instance in self.stop_order(&old_active) {
-            if instance.is_running() {
+            if instance.is_ready() {
                 if available <= min_available {
                     continue;
                 }
