@@ -75,11 +75,26 @@ pub struct Backoff;
 impl Backoff {
     /// Delay before restart after the `failures`-th consecutive failure (1-based).
     pub fn restart_delay(config: &LoopConfig, failures: u32) -> Duration {
-        let index = usize::try_from(failures.saturating_sub(1)).unwrap_or(usize::MAX);
-        config
-            .restart_delays
+        Backoff::nth(&config.restart_delays, failures)
+    }
+
+    /// The delay a schedule gives the `attempt`-th consecutive failure (1-based): one delay per
+    /// attempt, the last repeating; zero for an empty schedule. The runner's restarts and the
+    /// node agent's retries (starts, store reconnects) share this one rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ccattler_core::runner::Backoff;
+    ///
+    /// let schedule = [Duration::from_millis(100), Duration::from_secs(1)];
+    /// assert_eq!(Backoff::nth(&schedule, 1), Duration::from_millis(100));
+    /// assert_eq!(Backoff::nth(&schedule, 5), Duration::from_secs(1));
+    /// ```
+    pub fn nth(schedule: &[Duration], attempt: u32) -> Duration {
+        let index = usize::try_from(attempt.saturating_sub(1)).unwrap_or(usize::MAX);
+        schedule
             .get(index)
-            .or(config.restart_delays.last())
+            .or(schedule.last())
             .copied()
             .unwrap_or_default()
     }

@@ -173,6 +173,11 @@ pub struct InstanceObservation {
     pub cpu: Cpu,
     /// Memory in use.
     pub memory: Memory,
+    /// The node lease the agent held when it wrote this report. A report written under an
+    /// earlier lease predates the node's current registration (the node crashed and came back)
+    /// and says nothing about what runs there now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<i64>,
 }
 
 /// `endpoint/service/{svc}`: where the service's ready instances serve.

@@ -9,13 +9,15 @@ use ccattler_core::LeaseId;
 use ccattler_core::schema::{Assignment, ServiceSpec};
 use serde::{Deserialize, Serialize};
 
-/// What the agent knows it should run: its placements and the specs of their services.
+/// What the agent knows it should run: its placements, the specs of the versions they run, and
+/// the secrets those specs name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Desired {
     /// Placements on this node, by instance id.
     pub placements: BTreeMap<String, Assignment>,
-    /// Service specs by service name.
-    pub specs: BTreeMap<String, ServiceSpec>,
+    /// Service specs by service name, then by spec version. During a rollout a node may run
+    /// instances of two versions of one service; each starts (and restarts) with its own.
+    pub specs: BTreeMap<String, BTreeMap<String, ServiceSpec>>,
     /// Secret values by name (the file is written with mode 0600).
     #[serde(default)]
     pub secrets: BTreeMap<String, Vec<u8>>,
@@ -25,10 +27,37 @@ pub struct Desired {
 }
 
 impl Desired {
-    /// The spec an instance runs, if known.
+    /// The spec an instance runs (the version its placement names), if known.
     pub fn spec_of(&self, id: &str) -> Option<&ServiceSpec> {
         let assignment = self.placements.get(id)?;
-        self.specs.get(&assignment.service)
+        self.spec(&assignment.service, &assignment.version)
+    }
+
+    /// The spec of one version of a service, if known.
+    pub fn spec(&self, service: &str, version: &str) -> Option<&ServiceSpec> {
+        self.specs.get(service)?.get(version)
+    }
+
+    /// Keeps the specs some placement runs and the secrets those specs name; drops the rest.
+    pub fn forget_unused(&mut self) {
+        let used: std::collections::BTreeSet<(&str, &str)> = self
+            .placements
+            .values()
+            .map(|a| (a.service.as_str(), a.version.as_str()))
+            .collect();
+        for (service, versions) in &mut self.specs {
+            versions.retain(|version, _| used.contains(&(service.as_str(), version.as_str())));
+        }
+        self.specs.retain(|_, versions| !versions.is_empty());
+        let named: std::collections::BTreeSet<&str> = self
+            .specs
+            .values()
+            .flat_map(|versions| versions.values())
+            .flat_map(|spec| spec.secrets.iter().map(|s| s.name.as_str()))
+            .collect();
+        let named: std::collections::BTreeSet<String> =
+            named.into_iter().map(str::to_owned).collect();
+        self.secrets.retain(|name, _| named.contains(name));
     }
 
     /// The lease to resume, if any.
@@ -59,20 +88,41 @@ impl Cache {
             .unwrap_or_default()
     }
 
-    /// Writes the desired state atomically (a temp file renamed over the old one).
+    /// Writes the desired state atomically and durably: a temp file created with mode 0600 (it
+    /// holds secrets: private from its first byte), synced to disk, then renamed over the old
+    /// one.
     ///
     /// # Errors
     ///
     /// The I/O error when the directory is not writable.
     pub fn save(&self, desired: &Desired) -> io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let temp = self.path.with_extension("json.tmp");
         let bytes = serde_json::to_vec(desired).map_err(io::Error::other)?;
-        std::fs::write(&temp, bytes)?;
-        // It holds secrets: only the agent's user may read it.
-        std::fs::set_permissions(&temp, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        // A temp file left by a crash may have other permissions: start from none.
+        match std::fs::remove_file(&temp) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(err),
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        drop(file);
         std::fs::rename(&temp, &self.path)
+    }
+
+    /// The path of the cache file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }

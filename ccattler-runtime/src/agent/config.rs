@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ccattler_core::runner::{Backoff, LoopConfig};
 use ccattler_core::schema::{Cpu, Memory, NodeStatus};
 
 /// Settings of a [`NodeAgent`](super::NodeAgent). `AgentConfig::new` reads the machine's
@@ -36,7 +37,14 @@ pub struct AgentConfig {
     pub sync_interval: Duration,
     /// How long a stopping instance gets between SIGTERM and SIGKILL. Default 10 s.
     pub stop_grace: Duration,
-    /// Longest pause between attempts to reach an unreachable store. Default 30 s.
+    /// Delays between retries, one per consecutive failure, the last repeating: of a start that
+    /// failed, and of reaching an unreachable store. Default: the runner's restart schedule,
+    /// 100 ms, 500 ms, 1 s, 2 s, 5 s, then every 30 s.
+    pub retry_delays: Vec<Duration>,
+    /// Longest pause between attempts to reach an unreachable store. Whatever it is set to, the
+    /// agent tries at least every third of [`lease_ttl`](Self::lease_ttl), so that a control
+    /// plane that comes back sees the node again within seconds, not after a grown backoff.
+    /// Default 30 s (so the lease TTL decides: every 3.3 s at the default 10 s).
     pub max_backoff: Duration,
 }
 
@@ -56,6 +64,7 @@ impl AgentConfig {
             lease_ttl: Duration::from_secs(10),
             sync_interval: Duration::from_secs(1),
             stop_grace: Duration::from_secs(10),
+            retry_delays: LoopConfig::default().restart_delays,
             max_backoff: Duration::from_secs(30),
         }
     }
@@ -108,6 +117,21 @@ impl AgentConfig {
     pub fn max_backoff(mut self, max: Duration) -> Self {
         self.max_backoff = max;
         self
+    }
+
+    /// Sets the retry schedule.
+    #[must_use]
+    pub fn retry_delays(mut self, delays: Vec<Duration>) -> Self {
+        self.retry_delays = delays;
+        self
+    }
+
+    /// The pause before the `failures`-th consecutive attempt to reach the store (1-based): the
+    /// retry schedule, capped by [`max_backoff`](Self::max_backoff) and a third of the lease TTL.
+    pub fn reconnect_delay(&self, failures: u32) -> Duration {
+        Backoff::nth(&self.retry_delays, failures)
+            .min(self.max_backoff)
+            .min(self.lease_ttl / 3)
     }
 
     /// The node status this config reports.

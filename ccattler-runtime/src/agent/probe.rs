@@ -6,14 +6,44 @@ use ccattler_core::Runtime;
 use ccattler_core::schema::{Probe, ProbeCheck};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::{Instant, timeout};
+use tokio::time::timeout;
 
-/// The running verdict of one probe of one instance.
-#[derive(Clone, Debug)]
+/// Which of an instance's three probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProbeKind {
+    /// Gates the other two until it first passes.
+    Startup,
+    /// A failure restarts the instance (per its restart policy).
+    Liveness,
+    /// A failure takes the instance out of its service's endpoints.
+    Readiness,
+}
+
+impl ProbeKind {
+    /// The three kinds, in the order the agent checks them.
+    pub const ALL: [ProbeKind; 3] = [
+        ProbeKind::Startup,
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+    ];
+
+    /// The kind's name as the trace and the logs show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeKind::Startup => "startup",
+            ProbeKind::Liveness => "liveness",
+            ProbeKind::Readiness => "readiness",
+        }
+    }
+}
+
+/// The running verdict of one probe of one instance, on the agent's clock (time since the
+/// agent's origin, so that the state machine can be stepped on virtual time).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeState {
     probe: Probe,
-    started: Instant,
-    next: Instant,
+    started: Duration,
+    next: Duration,
     successes: u32,
     failures: u32,
     /// `None` until the thresholds decided; then whether the probe passes.
@@ -24,8 +54,8 @@ pub struct ProbeState {
 
 impl ProbeState {
     /// A probe that starts checking `initial_delay` after `started`.
-    pub fn new(probe: Probe, started: Instant) -> Self {
-        let next = started + probe.initial_delay;
+    pub fn new(probe: Probe, started: Duration) -> Self {
+        let next = started.saturating_add(probe.initial_delay);
         ProbeState {
             probe,
             started,
@@ -37,19 +67,25 @@ impl ProbeState {
         }
     }
 
+    /// The probe checked.
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
     /// When the instance this probe watches was (re)started.
-    pub fn started(&self) -> Instant {
+    pub fn started(&self) -> Duration {
         self.started
     }
 
     /// Whether a check is due at `now`.
-    pub fn due(&self, now: Instant) -> bool {
+    pub fn due(&self, now: Duration) -> bool {
         now >= self.next
     }
 
-    /// Records a check's result; returns whether the verdict changed.
-    pub fn record(&mut self, now: Instant, result: Result<(), String>) -> bool {
-        self.next = now + self.probe.every.max(Duration::from_millis(100));
+    /// Records a check's result; returns whether the verdict changed. The next check is due one
+    /// period (at least 100 ms) later.
+    pub fn record(&mut self, now: Duration, result: Result<(), String>) -> bool {
+        self.next = now.saturating_add(self.probe.every.max(Duration::from_millis(100)));
         let before = self.passing;
         match result {
             Ok(()) => {
@@ -71,40 +107,45 @@ impl ProbeState {
         }
         before != self.passing
     }
+}
 
-    /// Runs the check once against an instance served at `address` (`host:port`).
-    pub async fn check<R: Runtime>(
-        &self,
-        runtime: &R,
-        id: &str,
-        address: Option<&str>,
-    ) -> Result<(), String> {
-        let limit = self.probe.timeout.max(Duration::from_millis(10));
-        match &self.probe.check {
-            ProbeCheck::Tcp => {
-                let address = address.ok_or("the instance exposes no port")?;
-                match timeout(limit, TcpStream::connect(address)).await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(err)) => Err(format!("tcp {address}: {err}")),
-                    Err(_) => Err(format!("tcp {address}: timed out after {limit:?}")),
-                }
+/// Runs `probe` once against instance `id`, served at `address` (`host:port`): the I/O half of a
+/// probe, which the agent's driver performs for an [`Action::Probe`](super::Action::Probe).
+///
+/// # Errors
+///
+/// Why the check failed, for people (refused, timed out, a status or exit code).
+pub async fn check<R: Runtime>(
+    probe: &Probe,
+    runtime: &R,
+    id: &str,
+    address: Option<&str>,
+) -> Result<(), String> {
+    let limit = probe.timeout.max(Duration::from_millis(10));
+    match &probe.check {
+        ProbeCheck::Tcp => {
+            let address = address.ok_or("the instance exposes no port")?;
+            match timeout(limit, TcpStream::connect(address)).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(format!("tcp {address}: {err}")),
+                Err(_) => Err(format!("tcp {address}: timed out after {limit:?}")),
             }
-            ProbeCheck::Http { path } => {
-                let address = address.ok_or("the instance exposes no port")?;
-                match timeout(limit, http_get(address, path)).await {
-                    Ok(Ok(status)) if (200..400).contains(&status) => Ok(()),
-                    Ok(Ok(status)) => Err(format!("http {address}{path}: status {status}")),
-                    Ok(Err(err)) => Err(format!("http {address}{path}: {err}")),
-                    Err(_) => Err(format!("http {address}{path}: timed out after {limit:?}")),
-                }
+        }
+        ProbeCheck::Http { path } => {
+            let address = address.ok_or("the instance exposes no port")?;
+            match timeout(limit, http_get(address, path)).await {
+                Ok(Ok(status)) if (200..400).contains(&status) => Ok(()),
+                Ok(Ok(status)) => Err(format!("http {address}{path}: status {status}")),
+                Ok(Err(err)) => Err(format!("http {address}{path}: {err}")),
+                Err(_) => Err(format!("http {address}{path}: timed out after {limit:?}")),
             }
-            ProbeCheck::Exec { command } => {
-                let argv = vec!["sh".to_owned(), "-c".to_owned(), command.clone()];
-                match runtime.exec(id, &argv, limit).await {
-                    Ok(output) if output.code == 0 => Ok(()),
-                    Ok(output) => Err(format!("exec {command:?}: exit code {}", output.code)),
-                    Err(err) => Err(format!("exec {command:?}: {err}")),
-                }
+        }
+        ProbeCheck::Exec { command } => {
+            let argv = vec!["sh".to_owned(), "-c".to_owned(), command.clone()];
+            match runtime.exec(id, &argv, limit).await {
+                Ok(output) if output.code == 0 => Ok(()),
+                Ok(output) => Err(format!("exec {command:?}: exit code {}", output.code)),
+                Err(err) => Err(format!("exec {command:?}: {err}")),
             }
         }
     }
@@ -138,7 +179,7 @@ mod tests {
 
     #[test]
     fn thresholds_decide_the_verdict() {
-        let now = Instant::now();
+        let now = Duration::from_secs(1);
         let mut probe = Probe::new(ProbeCheck::Tcp);
         probe.failure_threshold = 2;
         probe.success_threshold = 2;

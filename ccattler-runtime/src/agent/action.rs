@@ -1,0 +1,230 @@
+//! What the [`AgentLoop`](super::AgentLoop) asks its driver to do, and what the driver reports
+//! back.
+
+use std::fmt;
+use std::time::Duration;
+
+use ccattler_core::schema::Probe;
+use ccattler_core::{
+    InstanceSpec, InstanceStats, Key, LeaseId, ObservedInstance, Revision, Scan, Value,
+};
+
+use super::cache::Desired;
+use super::probe::ProbeKind;
+
+/// Which of the driver's two queues an action belongs to. The driver performs at most one action
+/// of each lane at a time, and the two lanes concurrently, so that a slow start (an image pull)
+/// never holds back the lease's renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Talks to the store: register, list, watch, fetch, renew, report.
+    Store,
+    /// Talks to the runtime: observe, start, stop, remove, probe.
+    Runtime,
+    /// Done at once, on the local machine: save the cache, log.
+    Local,
+}
+
+/// What the driver must do next. Drain them with [`AgentLoop::next_action`](super::AgentLoop::next_action)
+/// and report each store or runtime action's result with the method its docs name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Resume `lease` if it is given and still lives, else grant a new lease of the configured
+    /// TTL; then write `lease/node/{node}` under it and `observed/node/{node}` (`status`) in one
+    /// transaction. Report with [`registered`](super::AgentLoop::registered).
+    Register {
+        /// The lease to resume.
+        lease: Option<LeaseId>,
+        /// The node's status record.
+        status: Value,
+    },
+    /// Scan `placements` and `observations` (this node's two prefixes). Report with
+    /// [`listed`](super::AgentLoop::listed).
+    List {
+        /// `placement/{node}/`.
+        placements: String,
+        /// `observed/instance/{node}/`.
+        observations: String,
+    },
+    /// Drop any watch and watch `prefix` from `from`. Feed its events to
+    /// [`event`](super::AgentLoop::event); report a watch that cannot start, fails or ends with
+    /// [`watch_failed`](super::AgentLoop::watch_failed).
+    Watch {
+        /// `placement/{node}/`.
+        prefix: String,
+        /// The first revision to deliver.
+        from: Revision,
+    },
+    /// Get `key`, the spec of `service`. Report with
+    /// [`fetched_spec`](super::AgentLoop::fetched_spec).
+    FetchSpec {
+        /// The service.
+        service: String,
+        /// `desired/service/{service}`.
+        key: Key,
+    },
+    /// Get each secret. Report the facts (in order) with
+    /// [`fetched_secrets`](super::AgentLoop::fetched_secrets).
+    FetchSecrets {
+        /// `secret/{name}` keys.
+        keys: Vec<Key>,
+    },
+    /// Keep `lease` alive. Report with [`renewed`](super::AgentLoop::renewed).
+    RenewLease {
+        /// The node's lease.
+        lease: LeaseId,
+    },
+    /// Write changed observations and delete those of instances no longer placed here, in
+    /// transactions of at most the store's op limit. Report with
+    /// [`reported`](super::AgentLoop::reported).
+    Report {
+        /// Observations to put.
+        puts: Vec<(Key, Value)>,
+        /// Observations to delete.
+        deletes: Vec<Key>,
+    },
+    /// Ask the runtime what runs, and the stats of what runs. Report with
+    /// [`observed`](super::AgentLoop::observed).
+    Observe,
+    /// Create the directories of `spec.mounts`, then make sure the instance runs. Report with
+    /// [`done`](super::AgentLoop::done).
+    EnsureRunning {
+        /// What to run.
+        spec: Box<InstanceSpec>,
+    },
+    /// Make sure the instance does not run. Report with [`done`](super::AgentLoop::done).
+    EnsureStopped {
+        /// The instance (or init step) id.
+        id: String,
+        /// Time between the polite and the forced stop.
+        grace: Duration,
+    },
+    /// Forget an ended instance. Report with [`done`](super::AgentLoop::done).
+    Remove {
+        /// The instance (or init step) id.
+        id: String,
+    },
+    /// Run one probe of one instance. Report with [`probed`](super::AgentLoop::probed).
+    Probe {
+        /// The instance.
+        id: String,
+        /// Which probe.
+        kind: ProbeKind,
+        /// The check.
+        probe: Box<Probe>,
+        /// Where the instance serves, if it does.
+        address: Option<String>,
+    },
+    /// Write the cache file (private, synced, renamed into place). Nothing to report; a failure
+    /// is the driver's to log.
+    SaveCache {
+        /// What to write.
+        desired: Box<Desired>,
+    },
+    /// The store could not be reached: drop the watch and log `reason`. Workloads keep running;
+    /// the loop registers again after `retry_in`.
+    Disconnected {
+        /// What failed, for people.
+        reason: String,
+        /// When the loop tries again.
+        retry_in: Duration,
+    },
+    /// The runtime refused an operation; log it. The loop's bookkeeping already accounts for it
+    /// (a failed start is retried with backoff and reported).
+    RuntimeFailed {
+        /// What failed, for people.
+        reason: String,
+    },
+}
+
+impl Action {
+    /// The lane the action belongs to.
+    pub fn lane(&self) -> Lane {
+        match self {
+            Action::Register { .. }
+            | Action::List { .. }
+            | Action::Watch { .. }
+            | Action::FetchSpec { .. }
+            | Action::FetchSecrets { .. }
+            | Action::RenewLease { .. }
+            | Action::Report { .. } => Lane::Store,
+            Action::Observe
+            | Action::EnsureRunning { .. }
+            | Action::EnsureStopped { .. }
+            | Action::Remove { .. }
+            | Action::Probe { .. } => Lane::Runtime,
+            Action::SaveCache { .. } | Action::Disconnected { .. } | Action::RuntimeFailed { .. } => {
+                Lane::Local
+            }
+        }
+    }
+}
+
+/// One line per action, as the simulation's trace shows it: stable, with no addresses or
+/// timings that differ between runs.
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Register { lease, .. } => match lease {
+                Some(lease) => write!(f, "register (resume lease {lease})"),
+                None => f.write_str("register (new lease)"),
+            },
+            Action::List { .. } => f.write_str("list placements"),
+            Action::Watch { from, .. } => write!(f, "watch placements from {from}"),
+            Action::FetchSpec { service, .. } => write!(f, "fetch spec {service}"),
+            Action::FetchSecrets { keys } => write!(f, "fetch {} secrets", keys.len()),
+            Action::RenewLease { lease } => write!(f, "renew lease {lease}"),
+            Action::Report { puts, deletes } => {
+                write!(f, "report")?;
+                for (key, _) in puts {
+                    write!(f, " +{}", key.as_str().rsplit('/').next().unwrap_or_default())?;
+                }
+                for key in deletes {
+                    write!(f, " -{}", key.as_str().rsplit('/').next().unwrap_or_default())?;
+                }
+                Ok(())
+            }
+            Action::Observe => f.write_str("observe"),
+            Action::EnsureRunning { spec } => write!(f, "ensure_running {}", spec.id),
+            Action::EnsureStopped { id, .. } => write!(f, "ensure_stopped {id}"),
+            Action::Remove { id } => write!(f, "remove {id}"),
+            Action::Probe { id, kind, .. } => write!(f, "probe {} {id}", kind.name()),
+            Action::SaveCache { desired } => {
+                write!(f, "save cache ({} placements)", desired.placements.len())
+            }
+            Action::Disconnected { reason, retry_in } => {
+                write!(f, "disconnected, retry in {retry_in:?}: {reason}")
+            }
+            Action::RuntimeFailed { reason } => write!(f, "runtime: {reason}"),
+        }
+    }
+}
+
+/// What [`Action::List`] read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Listing {
+    /// The node's placements.
+    pub placements: Scan,
+    /// The node's observations as the store holds them.
+    pub observations: Scan,
+}
+
+/// One instance as [`Action::Observe`] saw it: the runtime's observation and, when it runs, its
+/// resource use (`None` when the runtime could not tell).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// What the runtime reports.
+    pub instance: ObservedInstance,
+    /// CPU and memory in use.
+    pub stats: Option<InstanceStats>,
+}
+
+impl Sample {
+    /// A sample with no stats.
+    pub fn new(instance: ObservedInstance) -> Self {
+        Sample {
+            instance,
+            stats: None,
+        }
+    }
+}

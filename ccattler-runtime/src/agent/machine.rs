@@ -1,0 +1,673 @@
+//! [`AgentLoop`]: the deterministic heart of the node agent.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ccattler_core::schema::{self, Assignment, ServiceSpec};
+use ccattler_core::{EventKind, Fact, Key, LeaseId, RuntimeError, StoreError, Value, WatchEvent};
+
+use super::action::{Action, Listing, Sample};
+use super::cache::Desired;
+use super::config::AgentConfig;
+use super::plan::Track;
+use super::probe::ProbeKind;
+
+/// Counters of what an agent loop has done, for tests, metrics and the simulation's summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Registrations that succeeded (the first one and every re-registration).
+    pub registrations: u64,
+    /// Times the store was lost (a failed store action, watch or renewal).
+    pub disconnects: u64,
+    /// Start attempts of instances and init steps.
+    pub starts: u64,
+    /// Stop requests.
+    pub stops: u64,
+    /// Probe checks.
+    pub probes: u64,
+    /// Report transactions that succeeded.
+    pub reports: u64,
+}
+
+/// Where the agent stands with the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Not connected; register at `retry_at`.
+    Down { retry_at: Duration },
+    /// A registration is in flight.
+    Registering,
+    /// Registered under `lease`; the list is in flight.
+    Listing { lease: LeaseId },
+    /// Registered, listed and watching; renew the lease at `renew_at`.
+    Live { lease: LeaseId, renew_at: Duration },
+}
+
+/// The store action in flight, to match its result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StoreOp {
+    Register,
+    List,
+    FetchSpec(String),
+    FetchSecrets(Vec<String>),
+    Renew,
+    Report(Vec<(String, Option<Value>)>),
+}
+
+/// The runtime action in flight, to match its result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum RuntimeOp {
+    /// Observe to decide what to do (a pass).
+    ObserveToDecide,
+    /// Observe after acting, to report what the actions did.
+    ObserveToReport,
+    Start(String),
+    StartInit(String, usize),
+    Stop(String),
+    Remove(String),
+    Probe(String, ProbeKind),
+}
+
+/// The loop logic of one node's agent as a pure state machine.
+///
+/// # Expected flow
+///
+/// Inputs: [`tick`](Self::tick) (time moved), and the result of each action the loop asked for:
+/// [`registered`](Self::registered), [`listed`](Self::listed), [`event`](Self::event) and
+/// [`watch_failed`](Self::watch_failed) for the placement watch,
+/// [`fetched_spec`](Self::fetched_spec), [`fetched_secrets`](Self::fetched_secrets),
+/// [`renewed`](Self::renewed), [`reported`](Self::reported), [`observed`](Self::observed),
+/// [`done`](Self::done) and [`probed`](Self::probed). Outputs: [`next_action`](Self::next_action)
+/// until `None`, then wait for a result, a watch event or [`deadline`](Self::deadline).
+///
+/// Actions come in two [`Lane`](super::Lane)s: at most one store action and one runtime action
+/// are outstanding at a time, and the driver may run the two at once. A watch delivers events
+/// without holding the store lane.
+///
+/// One pass: observe the runtime; compare with the placements; queue the starts, stops, removals
+/// and probes that are due; perform them one by one; observe again; report what changed. A pass
+/// runs every [`AgentConfig::sync_interval`], and at once after a placement, spec or secret
+/// changes.
+///
+/// # Guarantees
+///
+/// - **Workloads outlive the control plane.** Nothing the store does, fails to do or says while
+///   unreachable stops an instance: a store failure only disconnects (workloads keep running and
+///   crashed ones restart per policy) and registration is retried after
+///   [`AgentConfig::reconnect_delay`], at least every third of the lease TTL.
+/// - **Adoption.** The loop starts from the cached [`Desired`]; what the runtime already runs is
+///   adopted, never restarted, and its probes start over.
+/// - **Orphans are stopped only after a successful list.** An instance that no placement names
+///   is stopped (then removed) only once the placements were listed from the store since this
+///   loop was made; a cache alone never stops anything.
+/// - **Each version its own spec.** An instance starts and restarts with the spec of the version
+///   its placement names, never the service's newest; if that version is no longer in the store
+///   (and not cached) it is reported failed instead of started with another.
+/// - **Restart policy.** An ended instance is started again only if its service's restart
+///   policy says so (`always`; `on_failure` unless it exited with 0).
+/// - **Init order.** Init steps run one at a time, in order, each to exit code 0 within its
+///   timeout, before the first start of the main process; a failed step is retried with backoff.
+/// - **Probe thresholds.** Liveness and readiness are judged only after the startup probe first
+///   passes; a verdict changes after `failure_threshold` failures or `success_threshold`
+///   successes in a row; a failed liveness probe is reported unhealthy in one pass and restarts
+///   the instance (per its restart policy) in the next.
+/// - **Failures are reported, not fatal.** A start that fails is reported `failed` with the
+///   reason and retried after [`AgentConfig::retry_delays`].
+/// - **Determinism.** No clock, no I/O, no randomness: the same inputs give the same actions.
+#[derive(Debug)]
+pub struct AgentLoop {
+    pub(super) config: AgentConfig,
+    pub(super) volumes: PathBuf,
+    pub(super) now: Duration,
+    pub(super) desired: Desired,
+    /// Whether the placements were listed from the store since the loop was made.
+    pub(super) synced: bool,
+    link: Link,
+    failures: u32,
+    store_busy: Option<StoreOp>,
+    runtime_busy: Option<RuntimeOp>,
+    pub(super) queue: VecDeque<(Action, RuntimeOp)>,
+    /// Observe again to report once the queue drains.
+    report_after_queue: bool,
+    pub(super) observed: BTreeMap<String, Sample>,
+    pub(super) tracks: BTreeMap<String, Track>,
+    /// Observation values as the store holds them (as far as the loop knows), by instance id.
+    pub(super) reported: BTreeMap<String, Value>,
+    report_wanted: bool,
+    pass_wanted: bool,
+    next_pass: Duration,
+    spec_fetches: BTreeSet<String>,
+    secret_fetches: BTreeSet<String>,
+    /// Versions a placement names that the store no longer holds.
+    pub(super) unavailable: BTreeSet<(String, String)>,
+    pub(super) outbox: VecDeque<Action>,
+    pub(super) stats: AgentStats,
+}
+
+impl AgentLoop {
+    /// A loop for the node `config` describes, starting from `cached` (what the cache file held,
+    /// or [`Desired::default`]). The first pass and the first registration are due at once.
+    pub fn new(config: AgentConfig, cached: Desired) -> Self {
+        let volumes = config.cache_dir.join("volumes");
+        AgentLoop {
+            config,
+            volumes,
+            now: Duration::ZERO,
+            desired: cached,
+            synced: false,
+            link: Link::Down {
+                retry_at: Duration::ZERO,
+            },
+            failures: 0,
+            store_busy: None,
+            runtime_busy: None,
+            queue: VecDeque::new(),
+            report_after_queue: false,
+            observed: BTreeMap::new(),
+            tracks: BTreeMap::new(),
+            reported: BTreeMap::new(),
+            report_wanted: false,
+            pass_wanted: true,
+            next_pass: Duration::ZERO,
+            spec_fetches: BTreeSet::new(),
+            secret_fetches: BTreeSet::new(),
+            unavailable: BTreeSet::new(),
+            outbox: VecDeque::new(),
+            stats: AgentStats::default(),
+        }
+    }
+
+    /// The node's name.
+    pub fn node(&self) -> &str {
+        &self.config.node
+    }
+
+    /// What the loop knows it should run (what it caches).
+    pub fn desired(&self) -> &Desired {
+        &self.desired
+    }
+
+    /// What the loop has done so far.
+    pub fn stats(&self) -> AgentStats {
+        self.stats
+    }
+
+    /// Whether the loop is registered, listed and watching its placements.
+    pub fn is_connected(&self) -> bool {
+        matches!(self.link, Link::Live { .. })
+    }
+
+    /// The lease the node holds while connected.
+    pub fn lease(&self) -> Option<LeaseId> {
+        match self.link {
+            Link::Live { lease, .. } | Link::Listing { lease } => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// The next time at which [`tick`](Self::tick) has work to do.
+    pub fn deadline(&self) -> Option<Duration> {
+        let link = match self.link {
+            Link::Down { retry_at } => Some(retry_at),
+            Link::Live { renew_at, .. } => Some(renew_at),
+            Link::Registering | Link::Listing { .. } => None,
+        };
+        let pass = (self.runtime_busy.is_none() && self.queue.is_empty()).then_some(self.next_pass);
+        [link, pass].into_iter().flatten().min()
+    }
+
+    /// Time moved to `now` (monotonic, from the driver's origin).
+    pub fn tick(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        if self.now >= self.next_pass {
+            self.pass_wanted = true;
+        }
+    }
+
+    /// The next thing the driver must do, or `None` until a result, an event or the deadline.
+    pub fn next_action(&mut self) -> Option<Action> {
+        if let Some(action) = self.outbox.pop_front() {
+            return Some(action);
+        }
+        if self.store_busy.is_none()
+            && let Some(action) = self.store_work()
+        {
+            return Some(action);
+        }
+        if self.runtime_busy.is_none() {
+            return self.runtime_work();
+        }
+        None
+    }
+
+    fn store_work(&mut self) -> Option<Action> {
+        match self.link {
+            Link::Down { retry_at } if self.now >= retry_at => {
+                self.link = Link::Registering;
+                self.store_busy = Some(StoreOp::Register);
+                Some(Action::Register {
+                    lease: self.desired.lease_id(),
+                    status: schema::encode(&self.config.status()),
+                })
+            }
+            Link::Live { lease, renew_at } if self.now >= renew_at => {
+                self.store_busy = Some(StoreOp::Renew);
+                Some(Action::RenewLease { lease })
+            }
+            Link::Live { lease, .. } => {
+                if let Some(service) = self.spec_fetches.pop_first() {
+                    let key = match schema::keys::service(&service) {
+                        Ok(key) => key,
+                        Err(_) => return self.store_work(), // not a valid name: nothing to fetch
+                    };
+                    self.store_busy = Some(StoreOp::FetchSpec(service.clone()));
+                    return Some(Action::FetchSpec { service, key });
+                }
+                if !self.secret_fetches.is_empty() {
+                    let names: Vec<String> = std::mem::take(&mut self.secret_fetches)
+                        .into_iter()
+                        .collect();
+                    let keys: Vec<Key> = names
+                        .iter()
+                        .filter_map(|name| schema::keys::secret(name).ok())
+                        .collect();
+                    let names = names
+                        .into_iter()
+                        .filter(|name| schema::keys::secret(name).is_ok())
+                        .collect();
+                    self.store_busy = Some(StoreOp::FetchSecrets(names));
+                    return Some(Action::FetchSecrets { keys });
+                }
+                if self.report_wanted {
+                    self.report_wanted = false;
+                    let (puts, deletes, applied) = self.report_changes(lease);
+                    if !applied.is_empty() {
+                        self.store_busy = Some(StoreOp::Report(applied));
+                        return Some(Action::Report { puts, deletes });
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn runtime_work(&mut self) -> Option<Action> {
+        if let Some((action, op)) = self.queue.pop_front() {
+            match &op {
+                RuntimeOp::Start(_) | RuntimeOp::StartInit(..) => self.stats.starts += 1,
+                RuntimeOp::Stop(_) => self.stats.stops += 1,
+                RuntimeOp::Probe(..) => self.stats.probes += 1,
+                _ => {}
+            }
+            self.runtime_busy = Some(op);
+            return Some(action);
+        }
+        if self.report_after_queue {
+            self.report_after_queue = false;
+            self.runtime_busy = Some(RuntimeOp::ObserveToReport);
+            return Some(Action::Observe);
+        }
+        if self.pass_wanted {
+            self.pass_wanted = false;
+            self.runtime_busy = Some(RuntimeOp::ObserveToDecide);
+            return Some(Action::Observe);
+        }
+        None
+    }
+
+    /// The result of [`Action::Register`]: the lease the node now holds.
+    pub fn registered(&mut self, result: Result<LeaseId, StoreError>) {
+        if !self.store_done(|op| *op == StoreOp::Register) || self.link != Link::Registering {
+            return;
+        }
+        match result {
+            Ok(lease) => {
+                self.stats.registrations += 1;
+                self.desired.lease = Some(lease.0);
+                self.save_cache();
+                self.link = Link::Listing { lease };
+                self.store_busy = Some(StoreOp::List);
+                let node = &self.config.node;
+                self.outbox.push_back(Action::List {
+                    placements: format!("{}{node}/", schema::PLACEMENTS),
+                    observations: format!("{}{node}/", schema::OBSERVED_INSTANCES),
+                });
+            }
+            Err(err) => self.disconnect(format!("registering failed: {err}")),
+        }
+    }
+
+    /// The result of [`Action::List`]. Replaces the cached placements by the store's, learns
+    /// what the store holds of this node's observations, and asks to watch from just after.
+    pub fn listed(&mut self, result: Result<Listing, StoreError>) {
+        if !self.store_done(|op| *op == StoreOp::List) {
+            return;
+        }
+        let Link::Listing { lease } = self.link else {
+            return;
+        };
+        let listing = match result {
+            Ok(listing) => listing,
+            Err(err) => return self.disconnect(format!("listing placements failed: {err}")),
+        };
+        self.failures = 0;
+        self.synced = true;
+        self.desired.placements = listing
+            .placements
+            .facts
+            .iter()
+            .filter_map(|fact| schema::decode::<Assignment>(fact).ok())
+            .map(|a| (a.instance.clone(), a))
+            .collect();
+        let prefix = format!("{}{}/", schema::OBSERVED_INSTANCES, self.config.node);
+        self.reported = listing
+            .observations
+            .facts
+            .into_iter()
+            .filter_map(|fact| {
+                let id = fact.key.strip_prefix(&prefix)?.to_owned();
+                Some((id, fact.value))
+            })
+            .collect();
+        self.outbox.push_back(Action::Watch {
+            prefix: format!("{}{}/", schema::PLACEMENTS, self.config.node),
+            from: listing.placements.revision.next(),
+        });
+        self.link = Link::Live {
+            lease,
+            renew_at: self.now.saturating_add(self.config.lease_ttl / 3),
+        };
+        self.unavailable.clear();
+        let placed: Vec<Assignment> = self.desired.placements.values().cloned().collect();
+        for assignment in &placed {
+            self.want(assignment);
+        }
+        self.placements_changed();
+    }
+
+    /// A placement watch event arrived. Call it for every event available before asking for the
+    /// next action.
+    pub fn event(&mut self, event: WatchEvent) {
+        if !self.is_connected() {
+            return; // the next list supersedes it
+        }
+        match event.kind {
+            EventKind::Put => {
+                let Ok(assignment) = schema::decode::<Assignment>(&event.fact) else {
+                    return; // not an assignment: the scheduler's to fix, nothing to run
+                };
+                self.want(&assignment);
+                self.desired
+                    .placements
+                    .insert(assignment.instance.clone(), assignment);
+            }
+            EventKind::Delete => {
+                let prefix = format!("{}{}/", schema::PLACEMENTS, self.config.node);
+                if let Some(id) = event.fact.key.strip_prefix(&prefix) {
+                    self.desired.placements.remove(id);
+                }
+            }
+        }
+        self.placements_changed();
+    }
+
+    /// The placement watch could not start, failed or ended: the agent registers again.
+    pub fn watch_failed(&mut self, error: StoreError) {
+        if self.is_connected() {
+            self.disconnect(format!("the placement watch failed: {error}"));
+        }
+    }
+
+    /// The result of [`Action::FetchSpec`]: the service's record, `None` if it is gone.
+    pub fn fetched_spec(&mut self, result: Result<Option<Fact>, StoreError>) {
+        let mut service = String::new();
+        if !self.store_done(|op| match op {
+            StoreOp::FetchSpec(s) => {
+                service.clone_from(s);
+                true
+            }
+            _ => false,
+        }) {
+            return;
+        }
+        if !self.is_connected() {
+            return; // disconnected meanwhile: the next list asks again
+        }
+        let fact = match result {
+            Ok(fact) => fact,
+            Err(err) => return self.disconnect(format!("fetching spec {service} failed: {err}")),
+        };
+        let spec = fact.and_then(|f| schema::decode::<ServiceSpec>(&f).ok());
+        let wanted: BTreeSet<String> = self
+            .desired
+            .placements
+            .values()
+            .filter(|a| a.service == service)
+            .map(|a| a.version.clone())
+            .collect();
+        if let Some(spec) = spec {
+            let version = spec.version();
+            if wanted.contains(&version) {
+                self.secret_fetches
+                    .extend(spec.secrets.iter().map(|s| s.name.clone()));
+                self.desired
+                    .specs
+                    .entry(service.clone())
+                    .or_default()
+                    .insert(version, spec);
+            }
+        }
+        for version in wanted {
+            if self.desired.spec(&service, &version).is_none() {
+                self.unavailable.insert((service.clone(), version));
+            }
+        }
+        self.save_cache();
+        self.pass_wanted = true;
+        self.report_wanted = true;
+    }
+
+    /// The result of [`Action::FetchSecrets`]: one fact per key asked for, `None` when missing.
+    pub fn fetched_secrets(&mut self, result: Result<Vec<Option<Fact>>, StoreError>) {
+        let mut names = Vec::new();
+        if !self.store_done(|op| match op {
+            StoreOp::FetchSecrets(n) => {
+                names.clone_from(n);
+                true
+            }
+            _ => false,
+        }) {
+            return;
+        }
+        if !self.is_connected() {
+            return;
+        }
+        match result {
+            Ok(facts) => {
+                for (name, fact) in names.into_iter().zip(facts) {
+                    if let Some(fact) = fact {
+                        self.desired.secrets.insert(name, fact.value.to_vec());
+                    }
+                }
+                self.save_cache();
+                self.pass_wanted = true;
+            }
+            Err(err) => self.disconnect(format!("fetching secrets failed: {err}")),
+        }
+    }
+
+    /// The result of [`Action::RenewLease`]. A lease that expired, or a store that cannot be
+    /// reached, means registering again.
+    pub fn renewed(&mut self, result: Result<(), StoreError>) {
+        if !self.store_done(|op| *op == StoreOp::Renew) {
+            return;
+        }
+        let Link::Live { lease, .. } = self.link else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                self.link = Link::Live {
+                    lease,
+                    renew_at: self.now.saturating_add(self.config.lease_ttl / 3),
+                };
+            }
+            Err(err) => self.disconnect(format!("renewing the node's lease failed: {err}")),
+        }
+    }
+
+    /// The result of [`Action::Report`].
+    pub fn reported(&mut self, result: Result<(), StoreError>) {
+        let mut applied = Vec::new();
+        if !self.store_done(|op| match op {
+            StoreOp::Report(a) => {
+                applied = std::mem::take(a);
+                true
+            }
+            _ => false,
+        }) {
+            return;
+        }
+        if !self.is_connected() {
+            return; // the next list reads what the store holds
+        }
+        match result {
+            Ok(()) => {
+                self.stats.reports += 1;
+                for (id, value) in applied {
+                    match value {
+                        Some(value) => self.reported.insert(id, value),
+                        None => self.reported.remove(&id),
+                    };
+                }
+            }
+            Err(err) => self.disconnect(format!("reporting failed: {err}")),
+        }
+    }
+
+    /// The result of [`Action::Observe`]: every instance the runtime knows of.
+    pub fn observed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
+        let Some(op) = self.runtime_busy.take() else {
+            return;
+        };
+        match result {
+            Ok(samples) => {
+                self.observed = samples
+                    .into_iter()
+                    .map(|s| (s.instance.id.clone(), s))
+                    .collect();
+                if op == RuntimeOp::ObserveToDecide {
+                    self.plan_pass();
+                    self.report_after_queue = !self.queue.is_empty();
+                }
+                self.report_wanted = true;
+            }
+            Err(err) => self.outbox.push_back(Action::RuntimeFailed {
+                reason: format!("observing failed: {err}"),
+            }),
+        }
+        if self.queue.is_empty() {
+            self.next_pass = self.now.saturating_add(self.config.sync_interval);
+        }
+    }
+
+    /// The result of [`Action::EnsureRunning`], [`Action::EnsureStopped`] or
+    /// [`Action::Remove`].
+    pub fn done(&mut self, result: Result<(), RuntimeError>) {
+        let Some(op) = self.runtime_busy.take() else {
+            return;
+        };
+        let now = self.now;
+        let delays = &self.config.retry_delays;
+        match (op, result) {
+            (RuntimeOp::Start(id), Ok(())) => {
+                let spec = self.desired.spec_of(&id).cloned();
+                let track = self.tracks.entry(id).or_default();
+                track.started_now(now, spec.as_ref());
+            }
+            (RuntimeOp::Start(id) | RuntimeOp::StartInit(id, _), Err(err)) => {
+                let reason = err.to_string();
+                self.tracks
+                    .entry(id.clone())
+                    .or_default()
+                    .fail(now, reason.clone(), delays);
+                self.outbox.push_back(Action::RuntimeFailed {
+                    reason: format!("starting {id} failed: {reason}"),
+                });
+            }
+            (RuntimeOp::Stop(id) | RuntimeOp::Remove(id), Err(err)) => {
+                self.outbox.push_back(Action::RuntimeFailed {
+                    reason: format!("stopping or removing {id} failed: {err}"),
+                });
+            }
+            _ => {}
+        }
+        self.report_wanted = true;
+    }
+
+    /// The result of [`Action::Probe`].
+    pub fn probed(&mut self, result: Result<(), String>) {
+        let Some(op) = self.runtime_busy.take() else {
+            return;
+        };
+        if let RuntimeOp::Probe(id, kind) = op
+            && let Some(state) = self
+                .tracks
+                .get_mut(&id)
+                .and_then(|t| t.probes[kind as usize].as_mut())
+        {
+            state.record(self.now, result);
+            self.report_wanted = true;
+        }
+    }
+
+    /// Clears the store lane if the op in flight is the one `matches` expects.
+    fn store_done(&mut self, matches: impl FnOnce(&mut StoreOp) -> bool) -> bool {
+        let matched = self.store_busy.as_mut().is_some_and(matches);
+        if matched {
+            self.store_busy = None;
+        }
+        matched
+    }
+
+    /// Asks for what one placement needs: its version's spec, and the secrets it names.
+    fn want(&mut self, assignment: &Assignment) {
+        match self.desired.spec(&assignment.service, &assignment.version) {
+            Some(spec) => self
+                .secret_fetches
+                .extend(spec.secrets.iter().map(|s| s.name.clone())),
+            None => {
+                self.spec_fetches.insert(assignment.service.clone());
+            }
+        }
+    }
+
+    fn placements_changed(&mut self) {
+        self.desired.forget_unused();
+        let placements = &self.desired.placements;
+        self.tracks.retain(|id, _| placements.contains_key(id));
+        self.save_cache();
+        self.pass_wanted = true;
+        self.report_wanted = true;
+    }
+
+    fn save_cache(&mut self) {
+        self.outbox.push_back(Action::SaveCache {
+            desired: Box::new(self.desired.clone()),
+        });
+    }
+
+    fn disconnect(&mut self, reason: String) {
+        self.stats.disconnects += 1;
+        self.failures = self.failures.saturating_add(1);
+        let retry_in = self.config.reconnect_delay(self.failures);
+        self.link = Link::Down {
+            retry_at: self.now.saturating_add(retry_in),
+        };
+        self.spec_fetches.clear();
+        self.secret_fetches.clear();
+        self.outbox
+            .push_back(Action::Disconnected { reason, retry_in });
+    }
+}

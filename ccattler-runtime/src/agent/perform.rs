@@ -1,0 +1,207 @@
+//! How the driver performs an [`Action`] against a store or a runtime, and feeds the result back.
+//!
+//! The tokio driver and the testkit's simulation both perform actions through these functions,
+//! so the simulation runs the same store and runtime calls as a real agent; they differ only in
+//! when a result is delivered.
+
+use std::time::Duration;
+
+use ccattler_core::schema;
+use ccattler_core::{
+    Fact, FactStore, LeaseId, Op, Runtime, RuntimeError, StoreError, Txn, Value,
+};
+
+use super::action::{Action, Listing, Sample};
+use super::machine::AgentLoop;
+use super::probe;
+
+/// The result of one store or runtime action, to hand back with [`Outcome::feed`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Of [`Action::Register`].
+    Registered(Result<LeaseId, StoreError>),
+    /// Of [`Action::List`].
+    Listed(Result<Listing, StoreError>),
+    /// Of [`Action::FetchSpec`].
+    FetchedSpec(Result<Option<Fact>, StoreError>),
+    /// Of [`Action::FetchSecrets`].
+    FetchedSecrets(Result<Vec<Option<Fact>>, StoreError>),
+    /// Of [`Action::RenewLease`].
+    Renewed(Result<(), StoreError>),
+    /// Of [`Action::Report`].
+    Reported(Result<(), StoreError>),
+    /// Of [`Action::Observe`].
+    Observed(Result<Vec<Sample>, RuntimeError>),
+    /// Of [`Action::EnsureRunning`], [`Action::EnsureStopped`] and [`Action::Remove`].
+    Done(Result<(), RuntimeError>),
+    /// Of [`Action::Probe`].
+    Probed(Result<(), String>),
+}
+
+impl Outcome {
+    /// Hands the result to the loop's matching input.
+    pub fn feed(self, machine: &mut AgentLoop) {
+        match self {
+            Outcome::Registered(r) => machine.registered(r),
+            Outcome::Listed(r) => machine.listed(r),
+            Outcome::FetchedSpec(r) => machine.fetched_spec(r),
+            Outcome::FetchedSecrets(r) => machine.fetched_secrets(r),
+            Outcome::Renewed(r) => machine.renewed(r),
+            Outcome::Reported(r) => machine.reported(r),
+            Outcome::Observed(r) => machine.observed(r),
+            Outcome::Done(r) => machine.done(r),
+            Outcome::Probed(r) => machine.probed(r),
+        }
+    }
+
+    /// The error, for people, when the action failed.
+    pub fn error(&self) -> Option<String> {
+        match self {
+            Outcome::Registered(Err(e)) | Outcome::Listed(Err(e)) => Some(e.to_string()),
+            Outcome::FetchedSpec(Err(e)) | Outcome::FetchedSecrets(Err(e)) => Some(e.to_string()),
+            Outcome::Renewed(Err(e)) | Outcome::Reported(Err(e)) => Some(e.to_string()),
+            Outcome::Observed(Err(e)) | Outcome::Done(Err(e)) => Some(e.to_string()),
+            Outcome::Probed(Err(e)) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Performs a store action ([`Lane::Store`](super::Lane::Store), but not [`Action::Watch`],
+/// which the driver keeps as a stream). `lease_ttl` is the TTL of a newly granted lease; `node`
+/// the node's name. Returns `None` for any other action.
+pub async fn store_action<S: FactStore>(
+    store: &S,
+    node: &str,
+    lease_ttl: Duration,
+    action: Action,
+) -> Option<Outcome> {
+    Some(match action {
+        Action::Register { lease, status } => {
+            Outcome::Registered(register(store, node, lease_ttl, lease, status).await)
+        }
+        Action::List {
+            placements,
+            observations,
+        } => Outcome::Listed(
+            async {
+                Ok(Listing {
+                    placements: store.scan(&placements).await?,
+                    observations: store.scan(&observations).await?,
+                })
+            }
+            .await,
+        ),
+        Action::FetchSpec { key, .. } => Outcome::FetchedSpec(store.get(&key).await),
+        Action::FetchSecrets { keys } => Outcome::FetchedSecrets(
+            async {
+                let mut facts = Vec::with_capacity(keys.len());
+                for key in &keys {
+                    facts.push(store.get(key).await?);
+                }
+                Ok(facts)
+            }
+            .await,
+        ),
+        Action::RenewLease { lease } => Outcome::Renewed(store.keep_alive(lease).await.map(|_| ())),
+        Action::Report { puts, deletes } => {
+            let ops: Vec<Op> = puts
+                .into_iter()
+                .map(|(key, value)| Op::put(key, value))
+                .chain(deletes.into_iter().map(Op::delete))
+                .collect();
+            let limit = store.limits().max_txn_ops.max(1);
+            Outcome::Reported(
+                async {
+                    for chunk in ops.chunks(limit) {
+                        let txn = Txn {
+                            then: chunk.to_vec(),
+                            ..Txn::default()
+                        };
+                        store.txn(txn).await?;
+                    }
+                    Ok(())
+                }
+                .await,
+            )
+        }
+        _ => return None,
+    })
+}
+
+/// Holds a lease (resuming `resume` when it still lives) and writes the node's liveness key and
+/// status in one transaction.
+async fn register<S: FactStore>(
+    store: &S,
+    node: &str,
+    lease_ttl: Duration,
+    resume: Option<LeaseId>,
+    status: Value,
+) -> Result<LeaseId, StoreError> {
+    let resumed = match resume {
+        Some(lease) => store.keep_alive(lease).await.ok().map(|_| lease),
+        None => None,
+    };
+    let lease = match resumed {
+        Some(lease) => lease,
+        None => store.grant_lease(lease_ttl).await?.id,
+    };
+    let txn = Txn::new()
+        .then(Op::Put {
+            key: schema::keys::node_lease(node).map_err(StoreError::from)?,
+            value: Value::from(node.to_owned()),
+            lease: Some(lease),
+        })
+        .then(Op::put(
+            schema::keys::node(node).map_err(StoreError::from)?,
+            status,
+        ));
+    store.txn(txn).await?;
+    Ok(lease)
+}
+
+/// Performs a runtime action ([`Lane::Runtime`](super::Lane::Runtime)): observing includes the
+/// stats of what runs, a start first makes the directories its mounts need, and a probe is
+/// checked for real ([`probe::check`]). Returns `None` for any other action.
+pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<Outcome> {
+    Some(match action {
+        Action::Observe => Outcome::Observed(observe(runtime).await),
+        Action::EnsureRunning { spec } => {
+            let made = spec.mounts.iter().try_for_each(|mount| {
+                std::fs::create_dir_all(&mount.source).map_err(|err| {
+                    RuntimeError::StartFailed {
+                        id: spec.id.clone(),
+                        reason: format!("volume directory {}: {err}", mount.source.display()),
+                    }
+                })
+            });
+            match made {
+                Ok(()) => Outcome::Done(runtime.ensure_running(&spec).await),
+                Err(err) => Outcome::Done(Err(err)),
+            }
+        }
+        Action::EnsureStopped { id, grace } => {
+            Outcome::Done(runtime.ensure_stopped(&id, grace).await)
+        }
+        Action::Remove { id } => Outcome::Done(runtime.remove(&id).await),
+        Action::Probe {
+            id, probe, address, ..
+        } => Outcome::Probed(probe::check(&probe, runtime, &id, address.as_deref()).await),
+        _ => return None,
+    })
+}
+
+/// Every instance the runtime knows of, with the stats of those that run.
+pub async fn observe<R: Runtime>(runtime: &R) -> Result<Vec<Sample>, RuntimeError> {
+    let mut samples = Vec::new();
+    for instance in runtime.observe().await? {
+        let stats = if instance.state == ccattler_core::InstanceState::Running {
+            runtime.stats(&instance.id).await.ok()
+        } else {
+            None
+        };
+        samples.push(Sample { instance, stats });
+    }
+    Ok(samples)
+}

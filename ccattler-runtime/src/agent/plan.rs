@@ -1,0 +1,260 @@
+//! One pass of the agent, decided: from what the runtime reports and what is placed here, the
+//! starts, stops, removals and probes to perform. Pure: the results come back through
+//! [`AgentLoop::done`] and [`AgentLoop::probed`].
+
+use std::time::Duration;
+
+use ccattler_core::runner::Backoff;
+use ccattler_core::schema::{DesiredState, ServiceSpec};
+use ccattler_core::{InstanceState, ObservedInstance};
+
+use super::action::Action;
+use super::machine::{AgentLoop, RuntimeOp};
+use super::probe::{ProbeKind, ProbeState};
+use super::spec::{init_id, init_spec, instance_spec, restarts};
+
+/// How long a failed init step waits before its next attempt once its retries are spent.
+const INIT_RETRY_PAUSE: Duration = Duration::from_secs(30);
+
+/// What the agent tracks about one placed instance between passes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Track {
+    /// Init steps completed.
+    pub init_done: u32,
+    /// Failed start attempts in a row.
+    pub attempts: u32,
+    /// No new start attempt before this.
+    pub retry_at: Option<Duration>,
+    /// Why the last start failed.
+    pub failure: Option<String>,
+    /// Probes, by [`ProbeKind`] as index: startup, liveness, readiness.
+    pub probes: [Option<ProbeState>; 3],
+    /// When the running instance (or the running init step) was last seen starting.
+    pub started: Option<Duration>,
+    /// When its liveness probe failed: it is restarted one pass later, once reported unhealthy.
+    pub condemned: Option<Duration>,
+}
+
+impl Track {
+    /// Records a failed start and schedules the next attempt after the retry schedule.
+    pub fn fail(&mut self, now: Duration, reason: String, delays: &[Duration]) {
+        self.attempts += 1;
+        self.failure = Some(reason);
+        self.retry_at = Some(now.saturating_add(Backoff::nth(delays, self.attempts)));
+    }
+
+    /// The instance started (or was adopted running) at `now`: failures are forgotten and its
+    /// probes start over.
+    pub fn started_now(&mut self, now: Duration, spec: Option<&ServiceSpec>) {
+        self.attempts = 0;
+        self.failure = None;
+        self.retry_at = None;
+        self.started = Some(now);
+        self.condemned = None;
+        self.probes = match spec {
+            Some(spec) => [
+                spec.startup.clone().map(|p| ProbeState::new(p, now)),
+                spec.liveness.clone().map(|p| ProbeState::new(p, now)),
+                spec.readiness.clone().map(|p| ProbeState::new(p, now)),
+            ],
+            None => Default::default(),
+        };
+    }
+
+    /// The probe of one kind, if the spec has it.
+    pub fn probe(&self, kind: ProbeKind) -> Option<&ProbeState> {
+        self.probes[kind as usize].as_ref()
+    }
+}
+
+impl AgentLoop {
+    /// Decides one pass on the current observation and queues its runtime actions.
+    pub(super) fn plan_pass(&mut self) {
+        let now = self.now;
+        let grace = self.config.stop_grace;
+        let delays = self.config.retry_delays.clone();
+        for assignment in self.desired.placements.values() {
+            let id = assignment.instance.as_str();
+            let seen = self.observed.get(id).map(|s| &s.instance);
+            if assignment.state == DesiredState::Stopped {
+                if seen.is_some_and(|o| !o.state.has_ended()) {
+                    self.queue.push_back(stop(id, grace));
+                }
+                continue;
+            }
+            let track = self.tracks.entry(id.to_owned()).or_default();
+            let Some(spec) = self
+                .desired
+                .specs
+                .get(&assignment.service)
+                .and_then(|versions| versions.get(&assignment.version))
+            else {
+                let key = (assignment.service.clone(), assignment.version.clone());
+                track.failure = Some(if self.unavailable.contains(&key) {
+                    format!(
+                        "version {} of service {} is no longer in the store",
+                        assignment.version, assignment.service
+                    )
+                } else {
+                    format!(
+                        "the spec of service {} (version {}) is not known yet",
+                        assignment.service, assignment.version
+                    )
+                });
+                continue;
+            };
+            if seen.is_some_and(|o| o.state == InstanceState::Running) && track.started.is_none()
+            {
+                track.started_now(now, Some(spec)); // adopted
+            }
+            let start = match seen {
+                None => true,
+                Some(o) if o.state.has_ended() => restarts(spec.restart, &o.state),
+                Some(_) => false,
+            };
+            if !start || track.retry_at.is_some_and(|at| now < at) {
+                continue;
+            }
+            // Init steps run once, in order, before the first start.
+            let step = track.init_done as usize;
+            if seen.is_none() && step < spec.init.len() {
+                let step_id = init_id(id, step);
+                match self.observed.get(&step_id).map(|s| &s.instance.state) {
+                    None => {
+                        track.started = None;
+                        let init = init_spec(id, step, spec, &self.desired, &self.volumes);
+                        self.queue.push_back((
+                            Action::EnsureRunning {
+                                spec: Box::new(init),
+                            },
+                            RuntimeOp::StartInit(id.to_owned(), step),
+                        ));
+                    }
+                    Some(InstanceState::Exited { code: 0 }) => {
+                        track.init_done += 1;
+                        track.started = None;
+                        self.queue.push_back(remove(&step_id));
+                    }
+                    Some(state) if state.has_ended() => {
+                        self.queue.push_back(remove(&step_id));
+                        track.fail(now, format!("init step {step} ended: {state:?}"), &delays);
+                        if track.attempts > spec.init[step].retry {
+                            track.retry_at = Some(now.saturating_add(INIT_RETRY_PAUSE));
+                        }
+                    }
+                    Some(_) => {
+                        let step_started = *track.started.get_or_insert(now);
+                        if now.saturating_sub(step_started) > spec.init[step].timeout {
+                            self.queue.push_back(stop(&step_id, Duration::ZERO));
+                            track.fail(now, format!("init step {step} timed out"), &delays);
+                        }
+                    }
+                }
+                continue;
+            }
+            let instance = instance_spec(id, spec, &self.desired, &self.volumes);
+            self.queue.push_back((
+                Action::EnsureRunning {
+                    spec: Box::new(instance),
+                },
+                RuntimeOp::Start(id.to_owned()),
+            ));
+        }
+        self.plan_orphans();
+        self.plan_probes();
+    }
+
+    /// Instances nobody placed here: stopped, then removed once ended; but only once the agent
+    /// has listed the real placements (not just read its cache).
+    fn plan_orphans(&mut self) {
+        if !self.synced {
+            return;
+        }
+        for (id, sample) in &self.observed {
+            let owner = id.split_once(".init").map_or(id.as_str(), |(owner, _)| owner);
+            if self.desired.placements.contains_key(owner) {
+                continue;
+            }
+            if sample.instance.state.has_ended() {
+                self.queue.push_back(remove(id));
+            } else {
+                self.queue.push_back(stop(id, self.config.stop_grace));
+            }
+        }
+    }
+
+    /// The probes that are due, and the restart of an instance whose liveness probe failed in
+    /// the pass before.
+    fn plan_probes(&mut self) {
+        let now = self.now;
+        for (id, track) in &mut self.tracks {
+            let Some(seen) = self
+                .observed
+                .get(id)
+                .map(|s| &s.instance)
+                .filter(|o| o.state == InstanceState::Running)
+            else {
+                continue;
+            };
+            let startup_passed = track
+                .probe(ProbeKind::Startup)
+                .is_none_or(|p| p.passing == Some(true));
+            for kind in ProbeKind::ALL {
+                if kind != ProbeKind::Startup && !startup_passed {
+                    continue;
+                }
+                let Some(state) = track.probe(kind) else {
+                    continue;
+                };
+                if !state.due(now) || (kind == ProbeKind::Startup && state.passing == Some(true)) {
+                    continue;
+                }
+                self.queue.push_back(probe(seen, kind, state));
+            }
+            let dead = track
+                .probe(ProbeKind::Liveness)
+                .is_some_and(|p| p.passing == Some(false));
+            match track.condemned {
+                // Reported unhealthy in the pass before: restart it now (the restart policy of
+                // the ended instance decides, as for a crash).
+                Some(at) if dead && now > at => {
+                    self.queue.push_back(stop(id, self.config.stop_grace));
+                    track.probes = Default::default();
+                    track.started = None;
+                    track.condemned = None;
+                }
+                None if dead => track.condemned = Some(now),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn stop(id: &str, grace: Duration) -> (Action, RuntimeOp) {
+    (
+        Action::EnsureStopped {
+            id: id.to_owned(),
+            grace,
+        },
+        RuntimeOp::Stop(id.to_owned()),
+    )
+}
+
+fn remove(id: &str) -> (Action, RuntimeOp) {
+    (
+        Action::Remove { id: id.to_owned() },
+        RuntimeOp::Remove(id.to_owned()),
+    )
+}
+
+fn probe(seen: &ObservedInstance, kind: ProbeKind, state: &ProbeState) -> (Action, RuntimeOp) {
+    (
+        Action::Probe {
+            id: seen.id.clone(),
+            kind,
+            probe: Box::new(state.probe().clone()),
+            address: seen.address.clone(),
+        },
+        RuntimeOp::Probe(seen.id.clone(), kind),
+    )
+}

@@ -1,0 +1,111 @@
+//! What the agent reports: one `observed/instance/{node}/{id}` per placed instance, built from
+//! the runtime's last observation and the agent's own tracking, written only when it changed.
+
+use ccattler_core::schema::{self, Health, InstanceObservation, ObservedState};
+use ccattler_core::{InstanceState, Key, LeaseId, Value};
+
+use super::machine::AgentLoop;
+use super::probe::ProbeKind;
+
+impl AgentLoop {
+    /// The observations that differ from what the store holds, the keys of those to delete
+    /// (instances no longer placed here), and, for bookkeeping once the report landed, each
+    /// changed id with its new value (`None`: deleted).
+    pub(super) fn report_changes(
+        &self,
+        lease: LeaseId,
+    ) -> (Vec<(Key, Value)>, Vec<Key>, Vec<(String, Option<Value>)>) {
+        let node = &self.config.node;
+        let mut puts = Vec::new();
+        let mut deletes = Vec::new();
+        let mut applied = Vec::new();
+        for id in self.desired.placements.keys() {
+            let value = schema::encode(&self.observation(id, lease));
+            if self.reported.get(id) == Some(&value) {
+                continue;
+            }
+            if let Ok(key) = schema::keys::observed_instance(node, id) {
+                puts.push((key, value.clone()));
+                applied.push((id.clone(), Some(value)));
+            }
+        }
+        for id in self.reported.keys() {
+            if self.desired.placements.contains_key(id) {
+                continue;
+            }
+            if let Ok(key) = schema::keys::observed_instance(node, id) {
+                deletes.push(key);
+                applied.push((id.clone(), None));
+            }
+        }
+        (puts, deletes, applied)
+    }
+
+    /// The observation of one placed instance now.
+    fn observation(&self, id: &str, lease: LeaseId) -> InstanceObservation {
+        let assignment = &self.desired.placements[id];
+        let track = self.tracks.get(id);
+        let sample = self.observed.get(id);
+        let seen = sample.map(|s| &s.instance);
+        let spec = self.desired.spec_of(id);
+        let mut report = InstanceObservation {
+            node: self.config.node.clone(),
+            service: assignment.service.clone(),
+            image: spec.map(|s| s.image.clone()).unwrap_or_default(),
+            init_done: track.map_or(0, |t| t.init_done),
+            restarts: seen.map_or(0, |o| o.restarts),
+            address: seen.and_then(|o| o.address.clone()),
+            lease: Some(lease.0),
+            ..InstanceObservation::default()
+        };
+        match seen.map(|o| &o.state) {
+            None => {
+                report.state = if track.and_then(|t| t.failure.as_ref()).is_some() {
+                    ObservedState::Failed
+                } else if track.is_some_and(|t| t.init_done > 0 || t.started.is_some()) {
+                    ObservedState::Starting
+                } else {
+                    ObservedState::Pending
+                };
+            }
+            Some(InstanceState::Starting) => report.state = ObservedState::Starting,
+            Some(InstanceState::Running) => report.state = ObservedState::Running,
+            Some(InstanceState::Stopped) => report.state = ObservedState::Stopped,
+            Some(InstanceState::Exited { code }) => {
+                report.state = if *code == 0 {
+                    ObservedState::Exited
+                } else {
+                    ObservedState::Failed
+                };
+                report.exit_code = Some(*code);
+            }
+            Some(InstanceState::Failed { reason }) => {
+                report.state = ObservedState::Failed;
+                report.reason = Some(reason.clone());
+            }
+            Some(_) => report.state = ObservedState::Pending,
+        }
+        if report.reason.is_none() {
+            report.reason = track.and_then(|t| t.failure.clone());
+        }
+        if report.state == ObservedState::Running {
+            let probe = |kind| track.and_then(|t| t.probe(kind));
+            report.health = match probe(ProbeKind::Liveness).map(|p| p.passing) {
+                Some(Some(false)) => Health::Unhealthy,
+                Some(Some(true)) | None => Health::Healthy,
+                Some(None) => Health::Unknown,
+            };
+            let startup_ok = probe(ProbeKind::Startup).is_none_or(|p| p.passing == Some(true));
+            report.ready =
+                startup_ok && probe(ProbeKind::Readiness).is_none_or(|p| p.passing == Some(true));
+            if let Some(reason) = probe(ProbeKind::Readiness).and_then(|p| p.last_error.clone()) {
+                report.reason = Some(format!("readiness: {reason}"));
+            }
+            if let Some(stats) = sample.and_then(|s| s.stats) {
+                report.cpu = stats.cpu;
+                report.memory = stats.memory;
+            }
+        }
+        report
+    }
+}
