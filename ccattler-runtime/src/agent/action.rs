@@ -153,9 +153,9 @@ impl Action {
             | Action::EnsureStopped { .. }
             | Action::Remove { .. }
             | Action::Probe { .. } => Lane::Runtime,
-            Action::SaveCache { .. } | Action::Disconnected { .. } | Action::RuntimeFailed { .. } => {
-                Lane::Local
-            }
+            Action::SaveCache { .. }
+            | Action::Disconnected { .. }
+            | Action::RuntimeFailed { .. } => Lane::Local,
         }
     }
 }
@@ -177,10 +177,18 @@ impl fmt::Display for Action {
             Action::Report { puts, deletes } => {
                 write!(f, "report")?;
                 for (key, _) in puts {
-                    write!(f, " +{}", key.as_str().rsplit('/').next().unwrap_or_default())?;
+                    write!(
+                        f,
+                        " +{}",
+                        key.as_str().rsplit('/').next().unwrap_or_default()
+                    )?;
                 }
                 for key in deletes {
-                    write!(f, " -{}", key.as_str().rsplit('/').next().unwrap_or_default())?;
+                    write!(
+                        f,
+                        " -{}",
+                        key.as_str().rsplit('/').next().unwrap_or_default()
+                    )?;
                 }
                 Ok(())
             }

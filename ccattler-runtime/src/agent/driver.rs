@@ -126,7 +126,9 @@ fn feed(machine: &mut AgentLoop, outcome: Option<Outcome>) {
             }
             outcome.feed(machine);
         }
-        None => tracing::error!(node = %machine.node(), "an action was sent to the wrong lane; it was dropped"),
+        None => {
+            tracing::error!(node = %machine.node(), "an action was sent to the wrong lane; it was dropped")
+        }
     }
 }
 

@@ -280,10 +280,13 @@ impl AgentLoop {
                 }
                 if self.report_wanted {
                     self.report_wanted = false;
-                    let (puts, deletes, applied) = self.report_changes(lease);
-                    if !applied.is_empty() {
-                        self.store_busy = Some(StoreOp::Report(applied));
-                        return Some(Action::Report { puts, deletes });
+                    let changes = self.report_changes(lease);
+                    if !changes.applied.is_empty() {
+                        self.store_busy = Some(StoreOp::Report(changes.applied));
+                        return Some(Action::Report {
+                            puts: changes.puts,
+                            deletes: changes.deletes,
+                        });
                     }
                 }
                 None

@@ -1,0 +1,581 @@
+//! Step tests of [`AgentLoop`] on virtual time: a `MemoryStore` on a manual clock and a
+//! `SimulatorRuntime`, every action performed at once, no processes, no sleeping. One test per
+//! guarantee the agent documents.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_core::schema::{
+    self, Assignment, DesiredState, Health, InstanceObservation, ObservedState, Probe, ProbeCheck,
+    RestartPolicy, ServiceSpec,
+};
+use ccattler_core::{FactStore, InstanceState, ManualClock, Runtime, StoreError};
+use ccattler_store::{MemoryConfig, MemoryStore, MemoryWatch};
+use futures_util::{FutureExt, StreamExt};
+
+use super::perform;
+use super::{Action, AgentConfig, AgentLoop, Desired};
+use crate::simulator::SimulatorRuntime;
+
+const NODE: &str = "n1";
+const TTL: Duration = Duration::from_secs(3);
+
+/// One agent loop over a store and a simulator, driven by hand.
+struct Step {
+    machine: AgentLoop,
+    store: MemoryStore,
+    clock: ManualClock,
+    sim: SimulatorRuntime,
+    watch: Option<MemoryWatch>,
+    /// While true every store action fails as if the network were cut.
+    store_down: bool,
+    /// Every action the loop asked for, stamped with virtual time.
+    log: Vec<(Duration, String)>,
+}
+
+impl Step {
+    fn new() -> Self {
+        let clock = ManualClock::new();
+        let store =
+            MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
+        Step::over(store, clock, SimulatorRuntime::new(), Desired::default())
+    }
+
+    fn over(store: MemoryStore, clock: ManualClock, sim: SimulatorRuntime, cache: Desired) -> Self {
+        let config = AgentConfig::new(NODE, "/nonexistent/agent")
+            .lease_ttl(TTL)
+            .sync_interval(Duration::from_millis(100))
+            .stop_grace(Duration::from_millis(10));
+        let mut machine = AgentLoop::new(config, cache);
+        machine.tick(clock.now_duration());
+        Step {
+            machine,
+            store,
+            clock,
+            sim,
+            watch: None,
+            store_down: false,
+            log: Vec::new(),
+        }
+    }
+
+    /// A new loop (an agent restart) over the same store, runtime and cache.
+    fn restart(self) -> Self {
+        let cache = self.machine.desired().clone();
+        Step::over(self.store, self.clock, self.sim, cache)
+    }
+
+    /// Performs actions until the loop waits.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            let now = self.clock.now_duration();
+            self.machine.tick(now);
+            self.drain_watch();
+            let Some(action) = self.machine.next_action() else {
+                return;
+            };
+            self.log.push((now, action.to_string()));
+            self.perform(action);
+        }
+        panic!("the loop never waits: {:?}", self.tail());
+    }
+
+    fn perform(&mut self, action: Action) {
+        match action {
+            Action::Watch { prefix, from } => {
+                if self.store_down {
+                    return self.machine.watch_failed(StoreError::unavailable("cut"));
+                }
+                match self
+                    .store
+                    .watch(&prefix, from)
+                    .now_or_never()
+                    .expect("ready")
+                {
+                    Ok(watch) => self.watch = Some(watch),
+                    Err(err) => self.machine.watch_failed(err),
+                }
+            }
+            Action::Disconnected { .. } => self.watch = None,
+            Action::SaveCache { .. } | Action::RuntimeFailed { .. } => {}
+            Action::Probe {
+                ref id, ref probe, ..
+            } if !matches!(probe.check, ProbeCheck::Exec { .. }) => {
+                let result = self.sim.network_probe(id);
+                self.machine.probed(result);
+            }
+            action if action.lane() == super::Lane::Store => {
+                if self.store_down {
+                    return self.fail_store(action);
+                }
+                perform::store_action(&self.store, NODE, TTL, action)
+                    .now_or_never()
+                    .expect("the memory store is ready at once")
+                    .expect("a store action")
+                    .feed(&mut self.machine);
+            }
+            action => perform::runtime_action(&self.sim, action)
+                .now_or_never()
+                .expect("the simulator is ready at once")
+                .expect("a runtime action")
+                .feed(&mut self.machine),
+        }
+    }
+
+    /// Feeds the failure of whichever store action `action` was.
+    fn fail_store(&mut self, action: Action) {
+        perform::store_failure(&action, StoreError::unavailable("cut"))
+            .expect("a store action")
+            .feed(&mut self.machine);
+    }
+
+    fn drain_watch(&mut self) {
+        if self.store_down && self.watch.take().is_some() {
+            self.machine.watch_failed(StoreError::unavailable("cut"));
+            return;
+        }
+        while let Some(watch) = self.watch.as_mut() {
+            match watch.next().now_or_never() {
+                Some(Some(Ok(event))) => self.machine.event(event),
+                Some(Some(Err(err))) => {
+                    self.watch = None;
+                    self.machine.watch_failed(err);
+                }
+                Some(None) => {
+                    self.watch = None;
+                    self.machine.watch_failed(StoreError::unavailable("ended"));
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Moves virtual time forward by `by` in steps of 10 ms, settling after each.
+    fn advance(&mut self, by: Duration) {
+        let end = self.clock.now_duration() + by;
+        while self.clock.now_duration() < end {
+            self.clock.advance(Duration::from_millis(10));
+            self.store.expire_leases();
+            self.settle();
+        }
+    }
+
+    /// Advances 10 ms at a time until `done` holds (at most 10 s of virtual time).
+    fn advance_until(&mut self, what: &str, done: impl Fn(&Step) -> bool) {
+        for _ in 0..1_000 {
+            if done(self) {
+                return;
+            }
+            self.advance(Duration::from_millis(10));
+        }
+        panic!(
+            "{what}: not within 10 s; the last actions: {:?}",
+            self.tail()
+        );
+    }
+
+    fn tail(&self) -> &[(Duration, String)] {
+        &self.log[self.log.len().saturating_sub(20)..]
+    }
+
+    fn put<T: serde::Serialize>(&self, key: ccattler_core::Key, record: &T) {
+        self.store
+            .put(&key, schema::encode(record))
+            .now_or_never()
+            .expect("ready")
+            .expect("put");
+    }
+
+    /// Declares `spec` and places instance `id` of it on the node.
+    fn place(&self, id: &str, spec: &ServiceSpec, state: DesiredState) {
+        self.put(schema::keys::service(&spec.name).expect("key"), spec);
+        let assignment = Assignment {
+            instance: id.to_owned(),
+            service: spec.name.clone(),
+            node: NODE.to_owned(),
+            version: spec.version(),
+            state,
+        };
+        self.put(schema::keys::placement(NODE, id).expect("key"), &assignment);
+    }
+
+    fn unplace(&self, id: &str) {
+        self.store
+            .delete(&schema::keys::placement(NODE, id).expect("key"))
+            .now_or_never()
+            .expect("ready")
+            .expect("delete");
+    }
+
+    fn observation(&self, id: &str) -> Option<InstanceObservation> {
+        let key = schema::keys::observed_instance(NODE, id).expect("key");
+        let fact = self
+            .store
+            .get(&key)
+            .now_or_never()
+            .expect("ready")
+            .expect("get")?;
+        Some(schema::decode(&fact).expect("an observation"))
+    }
+
+    fn state(&self, id: &str) -> Option<InstanceState> {
+        let seen = self
+            .sim
+            .observe()
+            .now_or_never()
+            .expect("ready")
+            .expect("observe");
+        seen.into_iter().find(|o| o.id == id).map(|o| o.state)
+    }
+
+    fn count(&self, what: &str) -> usize {
+        self.log.iter().filter(|(_, a)| a.starts_with(what)).count()
+    }
+}
+
+trait ClockExt {
+    fn now_duration(&self) -> Duration;
+}
+
+impl ClockExt for ManualClock {
+    fn now_duration(&self) -> Duration {
+        ccattler_core::Clock::now(self)
+    }
+}
+
+fn service(name: &str, command: &[&str]) -> ServiceSpec {
+    ServiceSpec {
+        name: name.into(),
+        image: format!("example/{name}:1"),
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        instances: 1,
+        ..ServiceSpec::default()
+    }
+}
+
+fn running(step: &Step, id: &str) -> bool {
+    step.observation(id)
+        .is_some_and(|o| o.state == ObservedState::Running)
+}
+
+#[test]
+fn registers_starts_what_is_placed_and_reports_it_under_its_lease() {
+    let mut step = Step::new();
+    step.settle();
+    assert!(step.machine.is_connected());
+    step.place("web-1", &service("web", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(50));
+    assert_eq!(step.state("web-1"), Some(InstanceState::Running));
+    let seen = step.observation("web-1").expect("reported");
+    assert_eq!(seen.state, ObservedState::Running);
+    assert!(seen.ready, "no readiness probe: ready once running");
+    assert_eq!(seen.lease, step.machine.lease().map(|l| l.0));
+
+    step.place("web-1", &service("web", &[]), DesiredState::Stopped);
+    step.advance(Duration::from_millis(50));
+    assert_eq!(step.state("web-1"), Some(InstanceState::Stopped));
+    step.unplace("web-1");
+    step.advance(Duration::from_millis(250));
+    assert_eq!(step.state("web-1"), None, "removed once unplaced");
+    assert!(
+        step.observation("web-1").is_none(),
+        "its observation deleted"
+    );
+}
+
+#[test]
+fn workloads_outlive_the_control_plane_and_the_agent_rejoins_within_a_third_of_the_ttl() {
+    let mut step = Step::new();
+    step.place("web-1", &service("web", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(100));
+    assert!(running(&step, "web-1"));
+
+    step.store_down = true;
+    step.advance(Duration::from_secs(60));
+    assert_eq!(step.state("web-1"), Some(InstanceState::Running));
+    assert_eq!(
+        step.count("ensure_stopped"),
+        0,
+        "nothing stopped for an outage"
+    );
+    assert!(step.machine.stats().disconnects >= 2, "it kept trying");
+
+    step.store_down = false;
+    let back = step.clock.now_duration();
+    step.advance(TTL / 3 + Duration::from_millis(100));
+    assert!(step.machine.is_connected(), "rejoined");
+    let rejoined = step
+        .log
+        .iter()
+        .rev()
+        .find(|(_, a)| a.starts_with("register"))
+        .map(|(at, _)| *at)
+        .expect("registered again");
+    assert!(
+        rejoined - back <= TTL / 3,
+        "rejoined {:?} after the store returned",
+        rejoined - back
+    );
+    assert!(running(&step, "web-1"));
+}
+
+#[test]
+fn a_restarted_agent_adopts_what_runs_and_restarts_nothing() {
+    let mut step = Step::new();
+    step.place("web-1", &service("web", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(100));
+    let lease = step.machine.lease();
+
+    // The store is down when the agent comes back: it works from its cache alone.
+    step.store_down = true;
+    let mut step = step.restart();
+    step.store_down = true;
+    step.advance(Duration::from_millis(500));
+    assert_eq!(step.count("ensure_running"), 0);
+    assert_eq!(step.count("ensure_stopped"), 0);
+
+    step.store_down = false;
+    step.advance(Duration::from_millis(500));
+    assert_eq!(step.machine.lease(), lease, "the cached lease was resumed");
+    assert_eq!(
+        step.count("ensure_running"),
+        0,
+        "adopted, not started again"
+    );
+    let seen = step.observation("web-1").expect("reported");
+    assert_eq!((seen.state, seen.restarts), (ObservedState::Running, 0));
+}
+
+#[test]
+fn orphans_are_stopped_only_after_a_successful_list() {
+    let mut step = Step::new();
+    step.sim
+        .ensure_running(&ccattler_core::InstanceSpec::new("stray", "x:1"))
+        .now_or_never()
+        .expect("ready")
+        .expect("start");
+    step.store_down = true;
+    step.advance(Duration::from_secs(5));
+    assert_eq!(
+        step.state("stray"),
+        Some(InstanceState::Running),
+        "not before a list"
+    );
+    step.store_down = false;
+    step.advance(Duration::from_secs(2));
+    assert_eq!(step.state("stray"), None, "stopped, then removed");
+}
+
+#[test]
+fn ended_instances_restart_as_their_policy_says() {
+    let mut step = Step::new();
+    let mut always = service("always", &[]);
+    always.restart = RestartPolicy::Always;
+    let mut on_failure = service("onfail", &[]);
+    on_failure.restart = RestartPolicy::OnFailure;
+    let mut never = service("never", &[]);
+    never.restart = RestartPolicy::Never;
+    step.place("a", &always, DesiredState::Running);
+    step.place("f", &on_failure, DesiredState::Running);
+    step.place("g", &on_failure, DesiredState::Running);
+    step.place("n", &never, DesiredState::Running);
+    step.advance(Duration::from_millis(100));
+    let faults = step.sim.faults();
+    faults.crash("a", 0);
+    faults.crash("f", 1);
+    faults.crash("g", 0);
+    faults.crash("n", 1);
+    step.advance(Duration::from_millis(200));
+    assert_eq!(
+        step.state("a"),
+        Some(InstanceState::Running),
+        "always: even after exit 0"
+    );
+    assert_eq!(
+        step.state("f"),
+        Some(InstanceState::Running),
+        "on_failure: after exit 1"
+    );
+    assert_eq!(step.state("g"), Some(InstanceState::Exited { code: 0 }));
+    assert_eq!(step.state("n"), Some(InstanceState::Exited { code: 1 }));
+    assert_eq!(step.observation("f").expect("reported").restarts, 1);
+    assert_eq!(
+        step.observation("n").expect("reported").state,
+        ObservedState::Failed
+    );
+}
+
+#[test]
+fn init_steps_run_in_order_before_the_main_process_and_a_failing_one_is_reported() {
+    let mut step = Step::new();
+    let mut spec = service("prepared", &[]);
+    spec.init = vec![
+        schema::InitStep::new("exit 0"),
+        schema::InitStep::new("exit 0"),
+    ];
+    step.place("p", &spec, DesiredState::Running);
+    step.advance(Duration::from_secs(1));
+    let starts: Vec<&str> = step
+        .log
+        .iter()
+        .filter_map(|(_, a)| a.strip_prefix("ensure_running "))
+        .collect();
+    assert_eq!(starts, ["p.init0", "p.init1", "p"]);
+    let seen = step.observation("p").expect("reported");
+    assert_eq!((seen.state, seen.init_done), (ObservedState::Running, 2));
+
+    let mut broken = service("broken", &[]);
+    broken.init = vec![schema::InitStep::new("exit 7")];
+    step.place("b", &broken, DesiredState::Running);
+    step.advance(Duration::from_secs(1));
+    let seen = step.observation("b").expect("reported");
+    assert_eq!(seen.state, ObservedState::Failed);
+    assert!(
+        seen.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("init step 0")),
+        "{seen:?}"
+    );
+    assert_eq!(step.state("b"), None, "the main process never started");
+}
+
+#[test]
+fn a_failed_liveness_probe_is_reported_unhealthy_then_restarts_the_instance() {
+    let mut step = Step::new();
+    let mut sick = service("sick", &[]);
+    let mut liveness = Probe::new(ProbeCheck::Exec {
+        command: "exit 3".into(),
+    });
+    liveness.every = Duration::from_millis(100);
+    liveness.failure_threshold = 2;
+    sick.liveness = Some(liveness);
+    step.place("s", &sick, DesiredState::Running);
+    step.advance(Duration::from_millis(50));
+    assert_eq!(
+        step.observation("s").expect("reported").health,
+        Health::Unknown,
+        "one failure does not decide"
+    );
+    // Two failures in a row decide; the pass after the unhealthy report restarts it.
+    let mut unhealthy_seen = false;
+    for _ in 0..50 {
+        step.advance(Duration::from_millis(10));
+        unhealthy_seen |= step
+            .observation("s")
+            .is_some_and(|o| o.health == Health::Unhealthy);
+        if step.count("ensure_stopped s") > 0 {
+            break;
+        }
+    }
+    assert!(unhealthy_seen, "reported unhealthy before the restart");
+    assert_eq!(step.count("ensure_stopped s"), 1);
+    step.advance(Duration::from_millis(200));
+    assert_eq!(
+        step.observation("s").expect("reported").restarts,
+        1,
+        "restarted per policy"
+    );
+}
+
+#[test]
+fn readiness_waits_for_the_startup_probe_and_follows_the_thresholds() {
+    let mut step = Step::new();
+    let mut web = service("web", &[]);
+    let mut readiness = Probe::new(ProbeCheck::Tcp);
+    readiness.every = Duration::from_millis(100);
+    readiness.success_threshold = 2;
+    readiness.failure_threshold = 1;
+    web.readiness = Some(readiness);
+    let mut startup = Probe::new(ProbeCheck::Tcp);
+    startup.every = Duration::from_millis(100);
+    web.startup = Some(startup);
+    step.sim.faults().fail_probes("example/web:1");
+    step.place("w", &web, DesiredState::Running);
+    step.advance(Duration::from_millis(500));
+    assert_eq!(
+        step.count("probe readiness"),
+        0,
+        "gated by the failing startup probe"
+    );
+    assert!(!step.observation("w").expect("reported").ready);
+
+    step.sim.faults().clear();
+    step.advance_until("the startup probe passed", |s| {
+        s.count("probe readiness") == 1
+    });
+    assert!(step.count("probe startup") >= 1);
+    assert!(
+        !step.observation("w").expect("reported").ready,
+        "one success is not two"
+    );
+    step.advance_until("a second readiness check", |s| {
+        s.count("probe readiness") == 2
+    });
+    assert!(step.observation("w").expect("reported").ready);
+
+    step.sim.faults().fail_probes("w");
+    step.advance(Duration::from_millis(150));
+    let seen = step.observation("w").expect("reported");
+    assert!(!seen.ready, "one failure takes it out");
+    assert!(seen.reason.is_some_and(|r| r.starts_with("readiness:")));
+}
+
+#[test]
+fn an_outdated_instance_restarts_with_its_own_version() {
+    let mut step = Step::new();
+    let v1 = service("web", &[]);
+    step.place("old", &v1, DesiredState::Running);
+    step.advance(Duration::from_millis(100));
+    let mut v2 = v1.clone();
+    v2.image = "example/web:2".into();
+    step.place("new", &v2, DesiredState::Running);
+    step.advance(Duration::from_millis(100));
+    assert_eq!(
+        step.sim.spec("new").expect("started").image,
+        "example/web:2"
+    );
+
+    step.sim.faults().crash("old", 1);
+    step.advance(Duration::from_millis(200));
+    assert_eq!(step.state("old"), Some(InstanceState::Running), "restarted");
+    assert_eq!(
+        step.sim.spec("old").expect("started").image,
+        "example/web:1",
+        "with the spec of its own version"
+    );
+}
+
+#[test]
+fn a_version_the_store_no_longer_holds_is_reported_failed_not_started_with_another() {
+    let mut step = Step::new();
+    let v1 = service("web", &[]);
+    let mut v2 = v1.clone();
+    v2.image = "example/web:2".into();
+    // The spec moved to v2 before this node ever saw v1.
+    step.place("old", &v1, DesiredState::Running);
+    step.put(schema::keys::service("web").expect("key"), &v2);
+    step.advance(Duration::from_millis(200));
+    assert_eq!(step.state("old"), None);
+    let seen = step.observation("old").expect("reported");
+    assert_eq!(seen.state, ObservedState::Failed);
+    assert!(
+        seen.reason
+            .is_some_and(|r| r.contains("no longer in the store"))
+    );
+}
+
+#[test]
+fn a_start_that_fails_is_reported_and_retried_on_the_backoff_schedule() {
+    let mut step = Step::new();
+    step.sim.faults().missing_image("example/ghost:1");
+    step.place("g", &service("ghost", &[]), DesiredState::Running);
+    step.advance(Duration::from_secs(2));
+    let seen = step.observation("g").expect("reported");
+    assert_eq!(seen.state, ObservedState::Failed);
+    assert!(seen.reason.is_some_and(|r| r.contains("example/ghost:1")));
+    // 100 ms, 500 ms, 1 s: attempts at about 0, 0.1, 0.6 and 1.6 s.
+    assert_eq!(step.count("ensure_running g"), 4);
+    step.sim.faults().clear();
+    step.advance(Duration::from_secs(3));
+    assert!(running(&step, "g"), "recovered once the image exists");
+}

@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use ccattler_core::schema;
-use ccattler_core::{
-    Fact, FactStore, LeaseId, Op, Runtime, RuntimeError, StoreError, Txn, Value,
-};
+use ccattler_core::{Fact, FactStore, LeaseId, Op, Runtime, RuntimeError, StoreError, Txn, Value};
 
 use super::action::{Action, Listing, Sample};
 use super::machine::AgentLoop;
@@ -130,6 +128,21 @@ pub async fn store_action<S: FactStore>(
     })
 }
 
+/// The outcome of store action `action` failing with `error`, as if the store had answered so:
+/// what a fault layer or a simulation feeds back for a store it makes fail. `None` for an action
+/// of another lane.
+pub fn store_failure(action: &Action, error: StoreError) -> Option<Outcome> {
+    Some(match action {
+        Action::Register { .. } => Outcome::Registered(Err(error)),
+        Action::List { .. } => Outcome::Listed(Err(error)),
+        Action::FetchSpec { .. } => Outcome::FetchedSpec(Err(error)),
+        Action::FetchSecrets { .. } => Outcome::FetchedSecrets(Err(error)),
+        Action::RenewLease { .. } => Outcome::Renewed(Err(error)),
+        Action::Report { .. } => Outcome::Reported(Err(error)),
+        _ => return None,
+    })
+}
+
 /// Holds a lease (resuming `resume` when it still lives) and writes the node's liveness key and
 /// status in one transaction.
 async fn register<S: FactStore>(
@@ -169,11 +182,9 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
         Action::Observe => Outcome::Observed(observe(runtime).await),
         Action::EnsureRunning { spec } => {
             let made = spec.mounts.iter().try_for_each(|mount| {
-                std::fs::create_dir_all(&mount.source).map_err(|err| {
-                    RuntimeError::StartFailed {
-                        id: spec.id.clone(),
-                        reason: format!("volume directory {}: {err}", mount.source.display()),
-                    }
+                std::fs::create_dir_all(&mount.source).map_err(|err| RuntimeError::StartFailed {
+                    id: spec.id.clone(),
+                    reason: format!("volume directory {}: {err}", mount.source.display()),
                 })
             });
             match made {

@@ -103,8 +103,7 @@ impl AgentLoop {
                 });
                 continue;
             };
-            if seen.is_some_and(|o| o.state == InstanceState::Running) && track.started.is_none()
-            {
+            if seen.is_some_and(|o| o.state == InstanceState::Running) && track.started.is_none() {
                 track.started_now(now, Some(spec)); // adopted
             }
             let start = match seen {
@@ -171,7 +170,9 @@ impl AgentLoop {
             return;
         }
         for (id, sample) in &self.observed {
-            let owner = id.split_once(".init").map_or(id.as_str(), |(owner, _)| owner);
+            let owner = id
+                .split_once(".init")
+                .map_or(id.as_str(), |(owner, _)| owner);
             if self.desired.placements.contains_key(owner) {
                 continue;
             }

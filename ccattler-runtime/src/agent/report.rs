@@ -7,14 +7,21 @@ use ccattler_core::{InstanceState, Key, LeaseId, Value};
 use super::machine::AgentLoop;
 use super::probe::ProbeKind;
 
+/// A report to write.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    /// The observations that differ from what the store holds.
+    pub puts: Vec<(Key, Value)>,
+    /// The keys of observations of instances no longer placed here.
+    pub deletes: Vec<Key>,
+    /// For bookkeeping once the report landed: each changed id with its new value (`None`:
+    /// deleted).
+    pub applied: Vec<(String, Option<Value>)>,
+}
+
 impl AgentLoop {
-    /// The observations that differ from what the store holds, the keys of those to delete
-    /// (instances no longer placed here), and, for bookkeeping once the report landed, each
-    /// changed id with its new value (`None`: deleted).
-    pub(super) fn report_changes(
-        &self,
-        lease: LeaseId,
-    ) -> (Vec<(Key, Value)>, Vec<Key>, Vec<(String, Option<Value>)>) {
+    /// What to write so that the store holds the observations of now.
+    pub(super) fn report_changes(&self, lease: LeaseId) -> Changes {
         let node = &self.config.node;
         let mut puts = Vec::new();
         let mut deletes = Vec::new();
@@ -38,7 +45,11 @@ impl AgentLoop {
                 applied.push((id.clone(), None));
             }
         }
-        (puts, deletes, applied)
+        Changes {
+            puts,
+            deletes,
+            applied,
+        }
     }
 
     /// The observation of one placed instance now.

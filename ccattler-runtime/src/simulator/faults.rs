@@ -119,6 +119,12 @@ impl Faults {
         }
     }
 
+    /// Makes network probes of instance `target` (an id or an image) fail until
+    /// [`Faults::clear`] (see [`SimulatorRuntime::network_probe`](super::SimulatorRuntime::network_probe)).
+    pub fn fail_probes(&self, target: impl Into<String>) {
+        self.table.lock().failing_probes.insert(target.into());
+    }
+
     /// Removes every pending and standing fault (instances keep their states).
     pub fn clear(&self) {
         let mut table = self.table.lock();
@@ -128,6 +134,7 @@ impl Faults {
         table.slow.clear();
         table.frozen = None;
         table.unreachable = None;
+        table.failing_probes.clear();
     }
 }
 

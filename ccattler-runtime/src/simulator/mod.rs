@@ -15,10 +15,14 @@
 //! | `exit <code>` | ends at once on its own with `code` ([`InstanceState::Exited`]) |
 //! | `print <line>...` | writes each argument as a line of output, then runs |
 //! | a program marked missing with [`Faults::missing_command`] | fails: [`RuntimeError::CommandNotFound`] |
+//! | `sh -c "<program>"` | what `<program>` does (init steps and exec probes run this way) |
 //! | anything else, or no command | runs until stopped |
 //!
 //! [`Runtime::exec`] reads `exit <code> [output...]` the same way (returns `code` and prints the
 //! output words, one per line); any other command returns code 0 and no output.
+//!
+//! Network probes (TCP and HTTP) reach nothing: [`SimulatorRuntime::network_probe`] answers
+//! them, passing while the instance runs unless [`Faults::fail_probes`] names it.
 //!
 //! Stats report the spec's memory limit as the memory in use (16 MiB when the spec has none) and
 //! no CPU. Addresses are `127.0.0.1:{first port of the spec}`.
@@ -68,6 +72,33 @@ impl SimulatorRuntime {
     pub fn faults(&self) -> Faults {
         Faults::new(Arc::clone(&self.table))
     }
+
+    /// The spec instance `id` was last started with, if the simulator knows it.
+    pub fn spec(&self, id: &str) -> Option<InstanceSpec> {
+        self.table.lock().instances.get(id).map(|i| i.spec.clone())
+    }
+
+    /// What a network probe (TCP or HTTP) of instance `id` would find: it passes while the
+    /// instance runs, unless [`Faults::fail_probes`] names it or its image.
+    ///
+    /// # Errors
+    ///
+    /// Why the check fails, for people.
+    pub fn network_probe(&self, id: &str) -> Result<(), String> {
+        let table = self.table.lock();
+        let instance = table
+            .instances
+            .get(id)
+            .ok_or_else(|| format!("no instance {id}"))?;
+        if instance.state != InstanceState::Running {
+            return Err(format!("{id} is not running"));
+        }
+        if table.failing_probes.contains(id) || table.failing_probes.contains(&instance.spec.image)
+        {
+            return Err(format!("connection refused by {id} (simulated)"));
+        }
+        Ok(())
+    }
 }
 
 impl Runtime for SimulatorRuntime {
@@ -105,9 +136,14 @@ impl Runtime for SimulatorRuntime {
     }
 }
 
-/// What the simulator makes of `exit <code>`: the code, or `None` for any other command.
+/// What the simulator makes of `exit <code>` (or `sh -c "exit <code>"`, as init steps and exec
+/// probes are run): the code, or `None` for any other command.
 fn exit_code(command: &[String]) -> Option<i32> {
     match command {
+        [shell, flag, script] if shell == "sh" && flag == "-c" => {
+            let words: Vec<String> = script.split_whitespace().map(str::to_owned).collect();
+            exit_code(&words)
+        }
         [program, code, ..] if program == "exit" => code.parse().ok(),
         [program] if program == "exit" => Some(0),
         _ => None,
@@ -133,6 +169,8 @@ mod tests {
         assert_eq!(exit_code(&s(&["exit"])), Some(0));
         assert_eq!(exit_code(&s(&["sleep", "3"])), None);
         assert_eq!(exit_code(&s(&["exit", "x"])), None);
+        assert_eq!(exit_code(&s(&["sh", "-c", "exit 7"])), Some(7));
+        assert_eq!(exit_code(&s(&["sh", "-c", "sleep 1"])), None);
     }
 
     #[test]

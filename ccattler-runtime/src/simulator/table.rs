@@ -52,6 +52,8 @@ pub(super) struct Table {
     pub(super) frozen: Option<Vec<ObservedInstance>>,
     /// Why the runtime is unreachable, while it is.
     pub(super) unreachable: Option<String>,
+    /// Ids or images whose network probes fail.
+    pub(super) failing_probes: BTreeSet<String>,
 }
 
 impl Table {
