@@ -70,6 +70,7 @@ scenarios! {
     scale_by_redeclaration => "014_scale_by_redeclaration.txt",
     autoscaler_clamped => "015_autoscaler_clamped.txt",
     bad_deploy_keeps_old_ready => "016_bad_deploy_keeps_old_ready.txt",
+    returning_node_reports_stale => "017_returning_node_reports_stale.txt",
 }
 
 #[test]

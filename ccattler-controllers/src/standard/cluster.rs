@@ -4,13 +4,16 @@
 //! Facts that do not decode are skipped (and listed in [`Cluster::invalid`]), so one bad value
 //! never stops a controller; each controller decides what a missing record means.
 //!
+//! Which observations are trusted (fresh) is documented on [`Cluster`], "Stale observations".
+//!
 //! # Cost
 //!
 //! [`Cluster::read`] decodes every fact: O(facts). [`ClusterCache::read`](super::ClusterCache::read) patches the cluster it
 //! built for the previous snapshot with only the facts that changed since (found by
 //! [`FactView::changes_since`], which skips the tree nodes both snapshots share), so a reconcile
-//! after one change costs O(log n) per changed fact, plus, for a node whose lease came or went,
-//! O(its instances). Every map is persistent, so handing a controller its own copy is O(1).
+//! after one change costs O(log n) per changed fact, plus, for a node whose lease came, went or
+//! was created again, O(log n) for each of its instances. Every map is persistent, so handing a
+//! controller its own copy is O(1).
 
 use imbl::{OrdMap, OrdSet};
 
@@ -33,8 +36,15 @@ pub struct Instance {
     pub revision: Revision,
     /// The node it is placed on, if any.
     pub node: Option<String>,
-    /// What the agent of that node reports, if anything.
+    /// What the agent of that node last reported, if anything, stale or not: see
+    /// [`fresh`](Self::fresh). [`report`](Self::report) gives it only when it is fresh.
     pub observed: Option<InstanceObservation>,
+    /// Whether `observed` was written during its node's current registration (the
+    /// observation's mod revision is at least the create revision of the node's lease fact).
+    /// False when nothing was reported, when unplaced, and while the node holds no lease. A
+    /// stale report (false with `observed` set) makes the instance's state unknown: it counts
+    /// as pending, neither running nor ready.
+    pub fresh: bool,
     /// Whether its node is alive (holds its lease). False when unplaced.
     pub node_alive: bool,
 }
@@ -51,7 +61,8 @@ pub enum Standing {
     /// Ended and not to be replaced (restart `never`, or a clean exit under `on_failure`): it
     /// still counts, so it is not recreated endlessly.
     Finished,
-    /// Pending, pulling, starting or running: present work.
+    /// Pending, pulling, starting or running, or of unknown state (a stale report): present
+    /// work.
     Active,
 }
 
@@ -64,10 +75,8 @@ impl Instance {
         if self.node.is_some() && !self.node_alive {
             return Standing::Lost;
         }
-        let state = self
-            .observed
-            .as_ref()
-            .map_or(ObservedState::Pending, |o| o.state);
+        // A stale report says nothing about now: unknown, so pending.
+        let state = self.report().map_or(ObservedState::Pending, |o| o.state);
         match state {
             ObservedState::Failed | ObservedState::Stopped if restart.replaces_failed() => {
                 Standing::Replaceable
@@ -80,19 +89,33 @@ impl Instance {
         }
     }
 
-    /// Whether the agent reports it running.
+    /// What its node's agent reports, if the report is fresh (written during the node's current
+    /// registration); `None` when nothing was reported or the report is stale.
+    pub fn report(&self) -> Option<&InstanceObservation> {
+        self.observed.as_ref().filter(|_| self.fresh)
+    }
+
+    /// Whether the agent reports it running, in a fresh report.
     pub fn is_running(&self) -> bool {
-        self.observed
-            .as_ref()
+        self.report()
             .is_some_and(|o| o.state == ObservedState::Running)
     }
 
-    /// Whether it is running and ready.
+    /// Whether it is running and ready, in a fresh report.
     pub fn is_ready(&self) -> bool {
-        self.is_running() && self.observed.as_ref().is_some_and(|o| o.ready)
+        self.is_running() && self.report().is_some_and(|o| o.ready)
     }
 
-    /// Whether it is gone for good: unplaced, or reported ended by its node's agent.
+    /// Whether its node holds its lease but the report held is stale (written before the node's
+    /// current registration): the instance's state is unknown until its agent reports again.
+    /// False when nothing was reported.
+    pub fn is_stale(&self) -> bool {
+        self.node_alive && self.observed.is_some() && !self.fresh
+    }
+
+    /// Whether it is gone for good: unplaced, or reported ended by its node's agent. An ended
+    /// report counts even when stale: this decides only when to forget an instance asked to
+    /// stop, and an agent never starts an instance asked to stop.
     pub fn is_gone(&self) -> bool {
         match (&self.node, &self.observed) {
             (None, _) => true,
@@ -112,6 +135,26 @@ pub struct Usage {
 }
 
 /// Every standard record a view holds, decoded and cross-referenced.
+///
+/// # Stale observations
+///
+/// An observation of an instance on node N is trusted only if it was written during N's current
+/// registration: its fact's mod revision is at least the create revision of N's current
+/// `lease/node/N` fact. A node that crashed and registered again (a new lease, so a new lease
+/// fact) still has the reports its previous run wrote, and those say nothing about what runs
+/// there now. Revisions order the two writes exactly, with no clocks. An untrusted observation
+/// makes its instance's state unknown ([`Instance::fresh`] is false): present work, but neither
+/// running nor ready, until the node's agent writes a report again ([`Instance::is_stale`]). So
+/// an agent that registers anew must write every report anew, changed or not (the node agent
+/// puts its lease id in every report, [`InstanceObservation::lease`], so each one changes).
+///
+/// Stale reports last one agent pass after the node registers. Meanwhile the instance
+/// controller defers stopping the surplus of a service with stale instances (see
+/// [`InstanceController`](super::InstanceController), "Returning nodes"): the real surplus is
+/// known only once the node has reported. The deferral writes nothing, so it cannot make
+/// controllers loop; it keeps at most one instance above the count per stale instance, and ends
+/// when the node reports, or when it loses its lease again (its instances are then lost, stale
+/// or not): a node that registers and never reports holds it only while it keeps its lease.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     /// Desired services by name.
@@ -124,6 +167,9 @@ pub struct Cluster {
     pub nodes: OrdMap<String, NodeStatus>,
     /// Nodes that hold their lease.
     pub alive: OrdSet<String>,
+    /// When each node that holds its lease registered: the create revision of its current
+    /// `lease/node/{node}` fact. Observations older than this are stale.
+    pub registered: OrdMap<String, Revision>,
     /// Placements by instance id: (node, key, mod revision).
     pub placements: OrdMap<String, (String, Key, Revision)>,
     /// What placed instances reserve, per node (resources of their service's current spec).
@@ -131,7 +177,8 @@ pub struct Cluster {
     /// Keys whose value did not decode.
     pub invalid: OrdSet<Key>,
     desired: OrdMap<String, (DesiredInstance, Key, Revision)>,
-    observations: OrdMap<(String, String), InstanceObservation>,
+    /// Observations by (node, id), with their mod revision.
+    observations: OrdMap<(String, String), (InstanceObservation, Revision)>,
     by_node: OrdMap<String, OrdSet<String>>,
     by_service: OrdMap<String, OrdSet<String>>,
     reserved: OrdMap<String, (String, Usage)>,
@@ -206,19 +253,32 @@ impl Cluster {
                 None => self.effective.remove(name),
             };
         } else if let Some(node) = key.strip_prefix(schema::NODE_LEASES) {
-            if fact.is_some() {
-                self.alive.insert(node.to_owned());
-            } else {
-                self.alive.remove(node);
+            match fact {
+                Some(fact) => {
+                    self.alive.insert(node.to_owned());
+                    self.registered
+                        .insert(node.to_owned(), fact.create_revision);
+                }
+                None => {
+                    self.alive.remove(node);
+                    self.registered.remove(node);
+                }
             }
-            // Only liveness changed: of each instance placed there, only `node_alive` follows
-            // (what `refresh` would recompute), so set it without re-deriving the rest.
-            let alive = fact.is_some();
-            for id in self.by_node.get(node).into_iter().flatten() {
-                if let Some(instance) = self.instances.get_mut(id)
-                    && instance.node_alive != alive
+            // Only the node's registration changed: of each instance placed there, only
+            // `node_alive` and `fresh` follow (what `refresh` would recompute), so re-judge
+            // those without re-deriving the rest.
+            let ids: Vec<String> = self
+                .by_node
+                .get(node)
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default();
+            for id in ids {
+                let (alive, fresh) = self.judge(node, &id);
+                if let Some(instance) = self.instances.get_mut(&id)
+                    && (instance.node_alive, instance.fresh) != (alive, fresh)
                 {
                     instance.node_alive = alive;
+                    instance.fresh = fresh;
                     self.touched.insert(instance.desired.service.clone());
                 }
             }
@@ -236,7 +296,10 @@ impl Cluster {
             if let Some((node, id)) = rest.split_once('/') {
                 let pair = (node.to_owned(), id.to_owned());
                 match self.decode::<InstanceObservation>(key, fact) {
-                    Some(o) => self.observations.insert(pair, o),
+                    Some(o) => {
+                        let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+                        self.observations.insert(pair, (o, revision))
+                    }
                     None => self.observations.remove(&pair),
                 };
                 self.refresh(id);
@@ -360,9 +423,11 @@ impl Cluster {
         let observed = placed.as_ref().and_then(|node| {
             self.observations
                 .get(&(node.clone(), id.to_owned()))
-                .cloned()
+                .map(|(o, _)| o.clone())
         });
-        let node_alive = placed.as_ref().is_some_and(|n| self.alive.contains(n));
+        let (node_alive, fresh) = placed
+            .as_deref()
+            .map_or((false, false), |node| self.judge(node, id));
         self.instances.insert(
             id.to_owned(),
             Instance {
@@ -372,9 +437,22 @@ impl Cluster {
                 revision,
                 node: placed,
                 observed,
+                fresh,
                 node_alive,
             },
         );
+    }
+
+    /// Whether `node` holds its lease, and whether the observation of `id` on it is fresh
+    /// (written at or after the node's current lease fact was created).
+    fn judge(&self, node: &str, id: &str) -> (bool, bool) {
+        let registered = self.registered.get(node).copied();
+        let fresh = registered.is_some_and(|since| {
+            self.observations
+                .get(&(node.to_owned(), id.to_owned()))
+                .is_some_and(|(_, written)| *written >= since)
+        });
+        (self.alive.contains(node), fresh)
     }
 
     fn reserve(&mut self, id: &str, now: Option<(String, Usage)>) {

@@ -90,6 +90,155 @@ fn the_cache_agrees_with_a_fresh_read_after_changes() {
     assert!(patched.usage.is_empty(), "web now reserves nothing");
 }
 
+fn running_report(node: &str) -> ccattler_core::Value {
+    schema::encode(&InstanceObservation {
+        node: node.into(),
+        service: "web".into(),
+        state: ObservedState::Running,
+        ready: true,
+        address: Some(format!("{node}:1")),
+        ..InstanceObservation::default()
+    })
+}
+
+/// The lease fact of a node as a keep-alive re-put leaves it: created at `created`, last written
+/// at `written`.
+fn renewed_lease(node: &str, created: u64, written: u64) -> Fact {
+    Fact {
+        mod_revision: Revision(written),
+        version: 2,
+        ..fact(
+            keys::node_lease(node).unwrap(),
+            node.as_bytes().to_vec().into(),
+            created,
+        )
+    }
+}
+
+/// Both the fresh read and the cache patched from `before`.
+fn both(before: &FactView, after: &FactView) -> [Cluster; 2] {
+    let cache = ClusterCache::new();
+    cache.read(before);
+    [Cluster::read(after), cache.read(after)]
+}
+
+#[test]
+fn a_report_from_before_the_nodes_registration_is_stale() {
+    // n2 (lease created at 2) reports web-1 running at 5: fresh.
+    let mut view = world();
+    let observed = keys::observed_instance("n2", "web-1").unwrap();
+    view.insert(fact(observed.clone(), running_report("n2"), 5));
+    let running = view.clone();
+    let cluster = Cluster::read(&running);
+    let i = &cluster.instances["web-1"];
+    assert!(i.fresh && i.is_running() && i.is_ready() && i.report().is_some());
+    assert!(!i.is_stale());
+    assert!(
+        !cluster.instances["web-0"].is_stale(),
+        "n1 reported nothing"
+    );
+    assert_eq!(cluster.registered["n2"], Revision(2));
+
+    // n2 crashes (its lease goes at 6) and registers again (a new lease fact at 7): the report
+    // written at 5 is stale, the instance of unknown state.
+    let mut dead = running.clone();
+    dead.remove(keys::node_lease("n2").unwrap().as_str());
+    let mut back = dead.clone();
+    back.insert(fact(
+        keys::node_lease("n2").unwrap(),
+        "n2".as_bytes().to_vec().into(),
+        7,
+    ));
+    for cluster in both(&running, &back)
+        .iter()
+        .chain(both(&dead, &back).iter())
+    {
+        let i = &cluster.instances["web-1"];
+        assert_eq!(cluster.registered["n2"], Revision(7));
+        assert!(i.node_alive && !i.fresh && i.is_stale(), "{i:?}");
+        assert!(i.observed.is_some(), "the report is kept, just not trusted");
+        assert!(i.report().is_none() && !i.is_running() && !i.is_ready());
+        assert_eq!(i.standing(RestartPolicy::Always), Standing::Active);
+        assert!(!i.is_gone());
+        assert!(!cluster.instances["web-0"].fresh, "n1 reported nothing");
+        assert!(
+            !cluster.instances["web-0"].is_stale(),
+            "nothing reported is not stale"
+        );
+    }
+
+    // The agent writes the report again at 8, unchanged: fresh again.
+    let mut rewritten = back.clone();
+    rewritten.insert(Fact {
+        mod_revision: Revision(8),
+        version: 2,
+        ..fact(observed.clone(), running_report("n2"), 5)
+    });
+    for cluster in both(&back, &rewritten) {
+        let i = &cluster.instances["web-1"];
+        assert!(
+            i.fresh && i.is_running() && i.is_ready() && !i.is_stale(),
+            "{i:?}"
+        );
+    }
+
+    // While the node holds no lease nothing it reported is fresh.
+    for cluster in both(&running, &dead) {
+        let i = &cluster.instances["web-1"];
+        assert!(!i.node_alive && !i.fresh && !i.is_running());
+        assert!(!i.is_stale(), "lost, not stale");
+        assert_eq!(i.standing(RestartPolicy::Always), Standing::Lost);
+        assert!(!cluster.registered.contains_key("n2"));
+    }
+}
+
+#[test]
+fn a_keep_alive_of_the_same_lease_keeps_reports_fresh() {
+    let mut view = world();
+    view.insert(fact(
+        keys::observed_instance("n2", "web-1").unwrap(),
+        running_report("n2"),
+        5,
+    ));
+    let mut renewed = view.clone();
+    renewed.insert(renewed_lease("n2", 2, 9));
+    for cluster in both(&view, &renewed) {
+        assert_eq!(cluster.registered["n2"], Revision(2));
+        assert!(cluster.instances["web-1"].fresh);
+    }
+}
+
+#[test]
+fn an_ended_report_counts_for_forgetting_even_when_stale() {
+    let mut view = world();
+    let stopped = DesiredInstance {
+        service: "web".into(),
+        version: "v".into(),
+        ordinal: None,
+        state: DesiredState::Stopped,
+    };
+    view.insert(fact(
+        keys::instance("web-1").unwrap(),
+        schema::encode(&stopped),
+        5,
+    ));
+    view.insert(fact(
+        keys::observed_instance("n2", "web-1").unwrap(),
+        schema::encode(&InstanceObservation {
+            state: ObservedState::Stopped,
+            ..InstanceObservation::default()
+        }),
+        6,
+    ));
+    view.insert(fact(
+        keys::node_lease("n2").unwrap(),
+        "n2".as_bytes().to_vec().into(),
+        7,
+    ));
+    let i = &Cluster::read(&view).instances["web-1"];
+    assert!(!i.fresh && i.is_gone());
+}
+
 mod model {
     use super::*;
     use proptest::prelude::*;
@@ -99,6 +248,8 @@ mod model {
     enum Step {
         Service(usize, Option<u64>),
         Lease(usize, bool),
+        /// A keep-alive re-put of the lease, if the node holds one: same create revision.
+        Renew(usize),
         Instance(usize, Option<(usize, bool)>),
         Place(usize, Option<usize>),
         Observe(usize, usize, Option<bool>),
@@ -108,6 +259,7 @@ mod model {
         prop_oneof![
             (0..2usize, proptest::option::of(0..4u64)).prop_map(|(s, c)| Step::Service(s, c)),
             (0..2usize, any::<bool>()).prop_map(|(n, a)| Step::Lease(n, a)),
+            (0..2usize).prop_map(Step::Renew),
             (0..4usize, proptest::option::of((0..2usize, any::<bool>())))
                 .prop_map(|(i, d)| Step::Instance(i, d)),
             (0..4usize, proptest::option::of(0..2usize)).prop_map(|(i, n)| Step::Place(i, n)),
@@ -144,6 +296,16 @@ mod model {
                 keys::node_lease(NODES[*n]).unwrap(),
                 alive.then(|| ccattler_core::Value::from_static(b"x")),
             ),
+            Step::Renew(n) => {
+                let key = keys::node_lease(NODES[*n]).unwrap();
+                if let Some(held) = view.get(key.as_str()).cloned() {
+                    view.insert(Fact {
+                        mod_revision: Revision(rev),
+                        version: held.version + 1,
+                        ..held
+                    });
+                }
+            }
             Step::Instance(i, desired) => set(
                 keys::instance(&format!("i{i}")).unwrap(),
                 desired.map(|(s, running)| {
@@ -208,6 +370,7 @@ mod model {
                 prop_assert_eq!(&patched.usage, &fresh.usage);
                 prop_assert_eq!(&patched.services, &fresh.services);
                 prop_assert_eq!(&patched.alive, &fresh.alive);
+                prop_assert_eq!(&patched.registered, &fresh.registered);
                 let ids = |c: &Cluster| c.unplaced().map(|i| i.id.clone()).collect::<Vec<_>>();
                 prop_assert_eq!(ids(&patched), ids(&fresh));
                 let orphans = |c: &Cluster| c.orphan_placements().cloned().collect::<Vec<_>>();

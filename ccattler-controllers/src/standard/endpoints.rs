@@ -8,8 +8,11 @@ use super::cache::PlanCache;
 /// Writes `endpoint/service/{svc}`: the sorted addresses of the service's instances that serve.
 ///
 /// An instance serves when it should run, its node is alive, its agent reports it running with
-/// an address, and: when the service has a readiness probe, the probe passes (readiness-gated);
-/// otherwise, its health is not unhealthy. A deleted service loses its endpoints at once.
+/// an address in a fresh report (one written during the node's current registration, see
+/// [`Instance::fresh`](super::Instance::fresh): what a crashed node reported before it came back
+/// does not count), and: when the service has a readiness probe, the probe passes
+/// (readiness-gated); otherwise, its health is not unhealthy. A deleted service loses its
+/// endpoints at once.
 #[derive(Debug, Default)]
 pub struct EndpointController {
     cache: PlanCache,
@@ -55,7 +58,7 @@ impl Controller for EndpointController {
                     .instances_of(name)
                     .filter(|i| i.desired.state == DesiredState::Running && i.node_alive)
                     .filter_map(|i| {
-                        let observed = i.observed.as_ref()?;
+                        let observed = i.report()?;
                         let serves = i.is_running()
                             && if gated {
                                 observed.ready

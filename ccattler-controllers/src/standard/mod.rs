@@ -14,9 +14,10 @@
 //! [`all`] returns one of each, ready to register with a runner.
 //!
 //! Node failure is not a controller of its own: a node that lost its lease is "not alive" for
-//! every controller that reads `lease/node/`. The instance controller replaces its instances and
-//! stops the surplus when it returns; the scheduler places nothing on it. A separate controller
-//! would have to write `desired/instance/`, which already has a writer.
+//! every controller that reads `lease/node/`. The instance controller replaces its instances and,
+//! when it returns and has reported anew (its old reports are stale: see [`Cluster`]), stops the
+//! surplus; the scheduler places nothing on it. A separate controller would have to write
+//! `desired/instance/`, which already has a writer.
 
 mod cache;
 mod cluster;

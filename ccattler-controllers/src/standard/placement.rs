@@ -18,10 +18,10 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 ///
 /// A node whose lease expired takes nothing new. Its placements are kept: the instances may well
 /// still run there (a partition is not a crash), and the instance controller replaces them
-/// elsewhere meanwhile. When the node comes back, the instance controller stops the surplus,
-/// starting on the most crowded node, which evens the spread out again. Moving instances is thus
-/// always "start the new, then stop the old", never a placement rewritten under a running
-/// instance.
+/// elsewhere meanwhile. When the node comes back and has reported anew, the instance controller
+/// stops the surplus, starting on the most crowded node, which evens the spread out again.
+/// Moving instances is thus always "start the new, then stop the old", never a placement
+/// rewritten under a running instance.
 ///
 /// # Guarantees
 ///

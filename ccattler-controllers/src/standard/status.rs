@@ -11,9 +11,11 @@ use super::cluster::Standing;
 /// deleted.
 ///
 /// `present` counts what the instance controller counts (current-version instances that are
-/// pending, placed, starting or running, plus ended ones that are not replaced). A deleted
-/// service keeps a status with `deleting: true` until its last instance record is gone; then the
-/// status goes too.
+/// pending, placed, starting or running, plus ended ones that are not replaced). `running` and
+/// `ready` count only fresh reports ([`Instance::fresh`](super::Instance::fresh)): an instance
+/// whose node crashed and registered again is present but neither, until its agent reports it
+/// anew. A deleted service keeps a status with `deleting: true` until its last instance record
+/// is gone; then the status goes too.
 #[derive(Debug, Default)]
 pub struct StatusController {
     cache: PlanCache,

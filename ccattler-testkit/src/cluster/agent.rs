@@ -32,7 +32,11 @@ const RETRY: Duration = Duration::from_millis(100);
 /// 2. Lists `placement/{node}/`, `desired/instance/` and its own `observed/instance/{node}/`
 ///    (re-adopting whatever it reported before a restart), then watches the first two. It keeps
 ///    only the desired records of its own instances; a record written before its placement was
-///    seen is read with one `get` when the placement arrives.
+///    seen is read with one `get` when the placement arrives. Every report carries the lease
+///    ([`InstanceObservation::lease`](ccattler_core::schema::InstanceObservation::lease)), as
+///    the node agent's do: after registering under a new lease it writes every adopted report
+///    anew, so the controllers no longer take them for stale reports of an earlier
+///    registration.
 /// 3. For every instance placed on its node: desired `running` → `starting` (if a start delay is
 ///    set) then `running` with address `{node}:{port}` (a port per instance, from 20000), ready
 ///    and healthy; desired `stopped` → `stopped`; no desired record (forgotten, being gone) →
@@ -123,7 +127,7 @@ impl<S: FactStore> FakeAgent<S> {
             .store
             .watch(schema::INSTANCES, desired.revision.next())
             .await?;
-        let mut world = World::new(node, self.timing);
+        let mut world = World::new(node, lease_id, self.timing);
         for fact in &placed.facts {
             world.placement(&fact.key, Some(fact));
         }

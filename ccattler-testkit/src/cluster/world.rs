@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ccattler_core::schema::{
     self, Assignment, DesiredInstance, DesiredState, Health, InstanceObservation, ObservedState,
 };
-use ccattler_core::{EventKind, Fact, FactStore, Key, Op, StoreError, Txn, WatchEvent};
+use ccattler_core::{EventKind, Fact, FactStore, Key, LeaseId, Op, StoreError, Txn, WatchEvent};
 use tokio::time::Instant;
 
 use super::agent::AgentTiming;
@@ -26,6 +26,9 @@ struct Proc {
 #[derive(Debug)]
 pub(crate) struct World {
     node: String,
+    /// The lease the node registered under, put in every report (as the node agent does): after
+    /// a new registration every report differs from the one adopted, so all are written anew.
+    lease: LeaseId,
     timing: AgentTiming,
     /// Instances placed here: id → service.
     placed: BTreeMap<String, String>,
@@ -42,9 +45,10 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(node: String, timing: AgentTiming) -> Self {
+    pub(crate) fn new(node: String, lease: LeaseId, timing: AgentTiming) -> Self {
         World {
             node,
+            lease,
             timing,
             placed: BTreeMap::new(),
             desired: BTreeMap::new(),
@@ -242,6 +246,7 @@ impl World {
                 Health::Unknown
             },
             ready: running,
+            lease: Some(self.lease.0),
             ..InstanceObservation::default()
         }
     }

@@ -7,7 +7,12 @@
 //!   per instance, so addresses never change);
 //! - a placed instance asked to stop that the agent still sees active (or never saw) is reported
 //!   `stopped`; ended instances stay as reported;
-//! - an observation whose placement is gone is deleted (the agent removed the instance).
+//! - an observation whose placement is gone is deleted (the agent removed the instance);
+//! - every report carries the node's registration in [`InstanceObservation::lease`], as the
+//!   node agent's carry its lease id: here the create revision of `lease/node/{node}` (the
+//!   scenario's lease facts have no store lease). So after `node N alive` the agent writes every
+//!   report of N anew on its next pass, unchanged but for that field (an instance it was
+//!   running still runs: a lapsed lease is not a crash), and the controllers trust them again.
 //!
 //! It never restarts an instance that ended: replacing it is the controllers' job. A dead node's
 //! agent reports nothing, and its observations stay as they were.
@@ -49,6 +54,12 @@ impl World {
             .scan(&format!("{}{node}/", schema::PLACEMENTS))
             .filter_map(|f| f.key.as_str().rsplit('/').next().map(String::from))
             .collect();
+        let Some(registration) = self
+            .get(schema::keys::node_lease(node).map_err(key_error)?.as_str())
+            .map(|f| i64::try_from(f.create_revision.0).unwrap_or(i64::MAX))
+        else {
+            return Ok(Vec::new()); // not registered: a dead node reports nothing
+        };
         let mut changes = Vec::new();
         for id in &placed {
             let Some(desired) = self
@@ -68,12 +79,17 @@ impl World {
                 },
                 DesiredState::Stopped => {
                     self.held.remove(id);
-                    match seen {
+                    match seen.clone() {
                         Some(o) if !o.state.is_active() => None,
                         seen => Some(stopped(node, &desired.service, seen)),
                     }
                 }
             };
+            // Left as it is, a report from an earlier registration is written anew.
+            let report = report.or(seen).map(|o| InstanceObservation {
+                lease: Some(registration),
+                ..o
+            });
             if let Some(report) = report {
                 changes.push(Change::put(key, schema::encode(&report)));
             }
