@@ -71,6 +71,7 @@ scenarios! {
     autoscaler_clamped => "015_autoscaler_clamped.txt",
     bad_deploy_keeps_old_ready => "016_bad_deploy_keeps_old_ready.txt",
     returning_node_reports_stale => "017_returning_node_reports_stale.txt",
+    outdated_that_do_not_count_are_stopped => "018_outdated_that_do_not_count_are_stopped.txt",
 }
 
 #[test]

@@ -61,6 +61,9 @@ use super::cluster::{Instance, Standing};
 ///   the count;
 /// - an old instance that still runs or will run but is not ready (pending, starting, or
 ///   running and failing its readiness probe) is stopped at once: it serves nothing;
+/// - an old instance that does not count (on a node that lost its lease, failed, or ended) is
+///   stopped at once too: it serves nothing, its replacement is created like any other, and its
+///   record is forgotten once it is gone (a lost one once its node reports it stopped);
 /// - an old ready instance is stopped only while the ready instances, current and old together,
 ///   stay above `count - max_unavailable`, so that stopping it leaves at least that many ready.
 ///
@@ -228,6 +231,16 @@ impl ServicePlan<'_> {
                 }
                 stop(instance, changes);
             }
+        }
+
+        // Old instances that do not count (lost, failed or ended) serve nothing: stop them.
+        for instance in outdated.iter().filter(|i| {
+            matches!(
+                standing(i),
+                Standing::Lost | Standing::Replaceable | Standing::Finished
+            )
+        }) {
+            stop(instance, changes);
         }
 
         // Stop old instances: those not ready freely, ready ones while enough stay ready.
