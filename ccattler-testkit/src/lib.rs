@@ -9,6 +9,7 @@
 //! | [`toy`] | [`toy::ReplicaController`], a small real controller for runner tests, examples and benches |
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |
 //! | [`runtime_conformance`] | the [`Runtime`](ccattler_core::Runtime) conformance suite: a harness trait, one entry point, one check per guarantee |
+//! | [`sim`] | [`sim::Simulation`]: the whole cluster from one seed on virtual time, real controller and agent loops, eight fault kinds |
 //! | [`scenario`] | deterministic scenario files: facts, events and expectations run through every standard controller |
 
 #![deny(missing_docs)]
@@ -18,4 +19,5 @@ pub mod conformance;
 pub mod faulty;
 pub mod runtime_conformance;
 pub mod scenario;
+pub mod sim;
 pub mod toy;

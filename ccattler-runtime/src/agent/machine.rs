@@ -207,7 +207,9 @@ impl AgentLoop {
 
     /// The next time at which [`tick`](Self::tick) has work to do.
     pub fn deadline(&self) -> Option<Duration> {
+        // A busy lane gets a result first, and the loop is asked again then.
         let link = match self.link {
+            _ if self.store_busy.is_some() => None,
             Link::Down { retry_at } => Some(retry_at),
             Link::Live { renew_at, .. } => Some(renew_at),
             Link::Registering | Link::Listing { .. } => None,
@@ -313,6 +315,7 @@ impl AgentLoop {
         }
         if self.pass_wanted {
             self.pass_wanted = false;
+            self.next_pass = self.now.saturating_add(self.config.sync_interval);
             self.runtime_busy = Some(RuntimeOp::ObserveToDecide);
             return Some(Action::Observe);
         }
@@ -569,9 +572,6 @@ impl AgentLoop {
             Err(err) => self.outbox.push_back(Action::RuntimeFailed {
                 reason: format!("observing failed: {err}"),
             }),
-        }
-        if self.queue.is_empty() {
-            self.next_pass = self.now.saturating_add(self.config.sync_interval);
         }
     }
 

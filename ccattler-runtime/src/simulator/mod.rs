@@ -25,7 +25,9 @@
 //! them, passing while the instance runs unless [`Faults::fail_probes`] names it.
 //!
 //! Stats report the spec's memory limit as the memory in use (16 MiB when the spec has none) and
-//! no CPU. Addresses are `127.0.0.1:{first port of the spec}`.
+//! no CPU. An instance whose spec asks for a port serves at `{host}:{port}`: the host is
+//! `127.0.0.1` unless [`SimulatorRuntime::on_host`] names another, and each instance id gets
+//! its own port, from 20000 up, kept across its restarts.
 
 mod faults;
 mod table;
@@ -66,6 +68,13 @@ impl SimulatorRuntime {
     /// An empty simulator with no faults.
     pub fn new() -> Self {
         SimulatorRuntime::default()
+    }
+
+    /// An empty simulator whose instances serve on `host` (a node's address).
+    pub fn on_host(host: impl Into<String>) -> Self {
+        let sim = SimulatorRuntime::new();
+        sim.table.lock().host = Some(host.into());
+        sim
     }
 
     /// The handle that injects faults into this simulator (and its clones).

@@ -16,6 +16,8 @@ const DEFAULT_MEMORY: Memory = Memory::from_bytes(16 * 1024 * 1024);
 #[derive(Debug)]
 pub(super) struct SimInstance {
     pub(super) spec: InstanceSpec,
+    /// Where it serves, when its spec asks for a port: one host port per instance id.
+    pub(super) address: Option<String>,
     pub(super) state: InstanceState,
     pub(super) restarts: u32,
     pub(super) output: Vec<String>,
@@ -24,7 +26,7 @@ pub(super) struct SimInstance {
 impl SimInstance {
     fn observed(&self) -> ObservedInstance {
         let mut seen = ObservedInstance::new(self.spec.id.clone(), self.state.clone());
-        seen.address = self.spec.ports.first().map(|p| format!("127.0.0.1:{p}"));
+        seen.address = self.address.clone();
         seen.restarts = self.restarts;
         seen
     }
@@ -54,7 +56,14 @@ pub(super) struct Table {
     pub(super) unreachable: Option<String>,
     /// Ids or images whose network probes fail.
     pub(super) failing_probes: BTreeSet<String>,
+    /// The host addresses are on (`127.0.0.1` unless set).
+    pub(super) host: Option<String>,
+    /// The host port given to each instance id that asked for a port.
+    pub(super) host_ports: BTreeMap<String, u16>,
 }
+
+/// The first host port the simulator gives out.
+const FIRST_HOST_PORT: u16 = 20_000;
 
 impl Table {
     fn reachable(&self) -> Result<(), RuntimeError> {
@@ -86,7 +95,16 @@ impl Table {
             .remove(&spec.id)
             .map(|old| old.output)
             .unwrap_or_default();
+        let address = if spec.ports.is_empty() {
+            None
+        } else {
+            let next = FIRST_HOST_PORT.saturating_add(self.host_ports.len() as u16);
+            let port = *self.host_ports.entry(spec.id.clone()).or_insert(next);
+            let host = self.host.as_deref().unwrap_or("127.0.0.1");
+            Some(format!("{host}:{port}"))
+        };
         let mut instance = SimInstance {
+            address,
             spec: spec.clone(),
             state: InstanceState::Starting,
             restarts,

@@ -115,7 +115,8 @@ impl Snapshot {
 
     /// Whether every desired service is fully converged: exactly its count of current-version
     /// instances, all running and ready on live nodes, none stopping; status desired = present =
-    /// running = ready; endpoints list each; and nothing is left of deleted services.
+    /// running = ready; endpoints list each that serves at an address; and nothing is left of
+    /// deleted services.
     pub fn is_converged(&self) -> bool {
         let cluster = self.cluster();
         let services_ok = cluster.services.iter().all(|(name, spec)| {
@@ -147,9 +148,14 @@ impl Snapshot {
             all_good
                 && instances.len() == n as usize
                 && self.status(name).as_ref() == Some(&status)
-                && self
-                    .endpoints(name)
-                    .is_some_and(|e| e.addresses.len() == n as usize)
+                && self.endpoints(name).is_some_and(|e| {
+                    // Every instance that serves at an address (one that exposes a port).
+                    let serving = instances
+                        .iter()
+                        .filter(|i| i.report().is_some_and(|o| o.address.is_some()))
+                        .count();
+                    e.addresses.len() == serving
+                })
         });
         let leftovers = cluster
             .instances

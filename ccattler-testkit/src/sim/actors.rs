@@ -1,0 +1,363 @@
+//! The two kinds of actor a simulation steps: a controller's real [`ControllerLoop`] and a node's
+//! real [`AgentLoop`] over a [`SimulatorRuntime`]. This is their driver: it performs their
+//! actions through the world instead of tokio.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
+use ccattler_core::schema::ProbeCheck;
+use ccattler_core::{Controller, FactStore, RandomIds, ReconcileContext, StoreError, WatchEvent};
+use ccattler_runtime::agent::{
+    self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, Outcome,
+};
+use ccattler_runtime::simulator::SimulatorRuntime;
+use futures_util::FutureExt;
+use rand::Rng;
+
+use super::MakeController;
+use super::world::{Input, Request, World};
+
+/// The wall-clock time virtual time zero stands for, as controllers see it.
+pub const EPOCH: Duration = Duration::from_secs(1_700_000_000);
+
+/// How long a reconcile takes, and how long the runtime takes to answer.
+const COMPUTE: Duration = Duration::from_millis(1);
+
+/// One controller under its loop.
+pub(crate) struct ControllerActor {
+    pub name: String,
+    pub make: MakeController,
+    pub controller: Arc<dyn Controller>,
+    pub config: LoopConfig,
+    pub machine: ControllerLoop,
+    pub ids: RandomIds,
+    pub incarnation: u64,
+    pub watch_generation: u64,
+    pub wake: Option<Duration>,
+}
+
+impl ControllerActor {
+    pub(crate) fn new(make: MakeController, config: LoopConfig, seed: u64) -> Self {
+        let controller = make();
+        let machine = ControllerLoop::new(
+            controller.watches(),
+            controller.write_domain(),
+            config.clone(),
+            seed,
+        );
+        ControllerActor {
+            name: controller.name().to_owned(),
+            make,
+            controller,
+            config,
+            machine,
+            ids: RandomIds::seeded(seed),
+            incarnation: 0,
+            watch_generation: 0,
+            wake: None,
+        }
+    }
+
+    /// A new controller object under a new loop: what a restarted process has.
+    pub(crate) fn restart(&mut self, seed: u64) {
+        self.controller = (self.make)();
+        self.machine = ControllerLoop::new(
+            self.controller.watches(),
+            self.controller.write_domain(),
+            self.config.clone(),
+            seed,
+        );
+        self.incarnation += 1;
+        self.watch_generation += 1;
+        self.wake = None;
+    }
+}
+
+/// One node: its agent (absent while the machine is down), its runtime, its disk.
+pub(crate) struct NodeActor {
+    pub name: String,
+    pub config: AgentConfig,
+    pub machine: Option<AgentLoop>,
+    pub runtime: SimulatorRuntime,
+    /// What the agent's cache file holds.
+    pub disk: Desired,
+    pub incarnation: u64,
+    pub watch_generation: u64,
+    pub wake: Option<Duration>,
+}
+
+impl NodeActor {
+    pub(crate) fn new(config: AgentConfig) -> Self {
+        NodeActor {
+            name: config.node.clone(),
+            runtime: SimulatorRuntime::on_host(config.address.clone()),
+            config,
+            machine: None,
+            disk: Desired::default(),
+            incarnation: 0,
+            watch_generation: 0,
+            wake: None,
+        }
+    }
+
+    /// Starts a new agent from what the disk holds.
+    pub(crate) fn boot(&mut self, now: Duration) {
+        let mut machine = AgentLoop::new(self.config.clone(), self.disk.clone());
+        machine.tick(now);
+        self.machine = Some(machine);
+        self.incarnation += 1;
+        self.watch_generation += 1;
+        self.wake = None;
+    }
+}
+
+/// A controller or a node.
+pub(crate) enum Actor {
+    Controller(Box<ControllerActor>),
+    Node(Box<NodeActor>),
+}
+
+impl Actor {
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Actor::Controller(c) => &c.name,
+            Actor::Node(n) => &n.name,
+        }
+    }
+
+    /// The incarnation results must carry to be taken; `None` while the actor is down.
+    pub(crate) fn incarnation(&self) -> Option<u64> {
+        match self {
+            Actor::Controller(c) => Some(c.incarnation),
+            Actor::Node(n) => n.machine.as_ref().map(|_| n.incarnation),
+        }
+    }
+
+    /// The watch generation events must carry to be delivered; `None` while the actor is down.
+    pub(crate) fn watch_generation(&self) -> Option<u64> {
+        match self {
+            Actor::Controller(c) => Some(c.watch_generation),
+            Actor::Node(n) => n.machine.as_ref().map(|_| n.watch_generation),
+        }
+    }
+
+    pub(crate) fn clear_wake(&mut self) {
+        match self {
+            Actor::Controller(c) => c.wake = None,
+            Actor::Node(n) => n.wake = None,
+        }
+    }
+}
+
+impl World {
+    /// Drains the actor's actions and schedules its next wake.
+    pub(crate) fn step_actor(&mut self, actor: usize) {
+        match &self.actors[actor] {
+            Actor::Controller(_) => self.step_controller(actor),
+            Actor::Node(_) => self.step_node(actor),
+        }
+        self.schedule_wake(actor);
+    }
+
+    fn schedule_wake(&mut self, actor: usize) {
+        let now = self.now;
+        let (deadline, wake) = match &mut self.actors[actor] {
+            Actor::Controller(c) => (c.machine.deadline(), &mut c.wake),
+            Actor::Node(n) => match n.machine.as_ref() {
+                Some(machine) => (machine.deadline(), &mut n.wake),
+                None => return,
+            },
+        };
+        // Whatever was due by now was done in this step: only a later deadline needs a wake.
+        let Some(deadline) = deadline.filter(|d| *d > now) else {
+            return;
+        };
+        if wake.is_some_and(|w| w <= deadline) {
+            return; // an earlier wake is already scheduled, and it steps the actor anyway
+        }
+        *wake = Some(deadline);
+        self.agenda.push(deadline, super::world::Event::Wake(actor));
+    }
+
+    fn step_controller(&mut self, actor: usize) {
+        loop {
+            let now = self.now;
+            let Actor::Controller(c) = &mut self.actors[actor] else {
+                return;
+            };
+            c.machine.tick(now);
+            let Some(action) = c.machine.next_action() else {
+                return;
+            };
+            match action {
+                Action::List { prefixes } => self.send(actor, Request::List(prefixes)),
+                Action::Watch { starts } => {
+                    self.subs.close_actor(actor);
+                    c.watch_generation += 1;
+                    let generation = c.watch_generation;
+                    for (prefix, from) in starts {
+                        match super::world::ready(self.store.watch(&prefix, from)) {
+                            Ok(stream) => {
+                                self.subs.open(actor, generation, stream);
+                            }
+                            Err(err) => {
+                                c.machine.watch_failed(err);
+                                break;
+                            }
+                        }
+                    }
+                }
+                Action::Reconcile { view } => {
+                    let at = SystemTime::UNIX_EPOCH + EPOCH + now;
+                    let controller = Arc::clone(&c.controller);
+                    let ids = &mut c.ids;
+                    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut ctx = ReconcileContext::new(at, ids);
+                        controller.reconcile(&view, &mut ctx)
+                    }));
+                    let result = match outcome {
+                        Ok(result) => result.map_err(ReconcileFailure::Error),
+                        Err(_) => Err(ReconcileFailure::Panicked("reconcile panicked".into())),
+                    };
+                    let incarnation = c.incarnation;
+                    self.answer(actor, incarnation, COMPUTE, Input::Reconciled(result));
+                }
+                Action::Commit { txn } => self.send(actor, Request::Commit(txn)),
+                Action::Failed { reason, retry_in } => {
+                    let name = c.name.clone();
+                    self.trace.line(
+                        now,
+                        &name,
+                        format!("failed, retry in {retry_in:?}: {reason}"),
+                    );
+                }
+                Action::Fatal { message } => {
+                    let name = c.name.clone();
+                    self.trace.line(now, &name, format!("fatal: {message}"));
+                    self.fatal = Some(format!("controller {name} failed fatally: {message}"));
+                }
+            }
+        }
+    }
+
+    fn step_node(&mut self, actor: usize) {
+        loop {
+            let now = self.now;
+            let Actor::Node(n) = &mut self.actors[actor] else {
+                return;
+            };
+            let Some(machine) = n.machine.as_mut() else {
+                return;
+            };
+            machine.tick(now);
+            let Some(action) = machine.next_action() else {
+                return;
+            };
+            if !matches!(action, AgentAction::SaveCache { .. }) {
+                self.trace.line(now, &n.name, &action);
+            }
+            match action {
+                AgentAction::Watch { prefix, from } => {
+                    self.subs.close_actor(actor);
+                    n.watch_generation += 1;
+                    let generation = n.watch_generation;
+                    match super::world::ready(self.store.watch(&prefix, from)) {
+                        Ok(stream) => {
+                            self.subs.open(actor, generation, stream);
+                        }
+                        Err(err) => machine.watch_failed(err),
+                    }
+                }
+                AgentAction::SaveCache { desired } => n.disk = *desired,
+                AgentAction::Disconnected { .. } => {
+                    self.subs.close_actor(actor);
+                    n.watch_generation += 1;
+                }
+                AgentAction::RuntimeFailed { .. } => {}
+                AgentAction::Probe { id, probe, .. }
+                    if !matches!(probe.check, ProbeCheck::Exec { .. }) =>
+                {
+                    let result = n.runtime.network_probe(&id);
+                    let incarnation = n.incarnation;
+                    self.answer(
+                        actor,
+                        incarnation,
+                        COMPUTE,
+                        Input::Agent(Outcome::Probed(result)),
+                    );
+                }
+                action if action.lane() == Lane::Store => {
+                    self.send(actor, Request::Agent(action));
+                }
+                action => {
+                    let outcome = agent::perform::runtime_action(&n.runtime, action)
+                        .now_or_never()
+                        .flatten();
+                    let incarnation = n.incarnation;
+                    let delay = COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
+                    if let Some(outcome) = outcome {
+                        self.answer(actor, incarnation, delay, Input::Agent(outcome));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands a result to its actor's loop.
+    pub(crate) fn feed(&mut self, actor: usize, input: Input) {
+        match (&mut self.actors[actor], input) {
+            (Actor::Controller(c), Input::Listed(result)) => c.machine.listed(result),
+            (Actor::Controller(c), Input::Reconciled(result)) => c.machine.reconciled(result),
+            (Actor::Controller(c), Input::Committed(result)) => c.machine.committed(result),
+            (Actor::Node(n), Input::Agent(outcome)) => {
+                if let Some(machine) = n.machine.as_mut() {
+                    outcome.feed(machine);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands a watch event, or the watch's end, to its actor's loop.
+    pub(crate) fn deliver(&mut self, actor: usize, item: Option<Result<WatchEvent, StoreError>>) {
+        let name = self.actors[actor].name().to_owned();
+        match &item {
+            Some(Ok(event)) => {
+                self.trace.line(
+                    self.now,
+                    &name,
+                    format!(
+                        "event {:?} {} at {}",
+                        event.kind,
+                        event.key(),
+                        event.revision()
+                    ),
+                );
+            }
+            Some(Err(err)) => self
+                .trace
+                .line(self.now, &name, format!("watch failed: {err}")),
+            None => self.trace.line(self.now, &name, "watch ended"),
+        }
+        let item = match item {
+            Some(item) => item,
+            None => Err(StoreError::unavailable("the watch ended")),
+        };
+        match &mut self.actors[actor] {
+            Actor::Controller(c) => match item {
+                Ok(event) => c.machine.event(event),
+                Err(err) => c.machine.watch_failed(err),
+            },
+            Actor::Node(n) => {
+                if let Some(machine) = n.machine.as_mut() {
+                    match item {
+                        Ok(event) => machine.event(event),
+                        Err(err) => machine.watch_failed(err),
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! [`Simulation`]: the whole cluster in one process on virtual time, built from one seed.
+//!
+//! A simulation runs the real parts: the real [`ControllerLoop`](ccattler_core::runner::ControllerLoop)
+//! of every standard controller (and of any controller you add), the real
+//! [`AgentLoop`](ccattler_runtime::agent::AgentLoop) of every node over a
+//! [`SimulatorRuntime`](ccattler_runtime::simulator::SimulatorRuntime), on a
+//! [`MemoryStore`](ccattler_store::MemoryStore) whose leases expire on the simulation's clock.
+//! Only the drivers differ from production: instead of tokio tasks, one agenda of events
+//! ordered by virtual time performs every action.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ccattler_controllers::lang::{self, SourceFile};
+//! use ccattler_core::schema::{Cpu, Memory};
+//! use ccattler_testkit::sim::{FaultRates, Simulation};
+//!
+//! let file = SourceFile::new("web.cca", "service web {\n  image nginx\n  instances 4\n}\n");
+//! let desired = lang::check(&file).expect("valid").to_facts();
+//! let report = Simulation::builder(desired)
+//!     .seed(7)
+//!     .nodes(2, Cpu::from_millis(4_000), Memory::from_bytes(8 << 30))
+//!     .faults(FaultRates::default())
+//!     .duration(Duration::from_secs(20))
+//!     .run();
+//! assert!(report.passed(), "{}", report.explain());
+//! ```
+//!
+//! # Determinism
+//!
+//! One generator, seeded once, decides every delay (and so every interleaving), every id, every
+//! fault and its target; one clock is the only time. Nothing reads the wall clock, entropy, a
+//! hash order or a thread. The same seed and inputs give the same [`Trace`], byte for byte.
+//!
+//! # The model
+//!
+//! - **Messages.** A request to the store (a list, a commit, an agent's registration, fetch,
+//!   renewal or report) takes 1 to 5 ms to arrive, is executed on arrival, and its answer takes
+//!   1 to 5 ms back. A watch event takes 1 to 5 ms to reach its watcher, never overtaking the
+//!   one before it. A watch is opened at once.
+//! - **Work.** A reconcile takes 1 ms; a runtime operation 1 to 5 ms.
+//! - **Start.** The user's apply happens within the first second; nodes boot within the first
+//!   two seconds, in an order the seed decides, so a node may register after the apply.
+//! - **Faults.** Drawn from [`FaultRates`] into a [`Schedule`] over
+//!   [`duration`](SimulationBuilder::duration); each kind's model is documented on
+//!   [`FaultKind`].
+//! - **Convergence.** Once the last fault's effects end, the run goes on without faults for at
+//!   most [`settle`](SimulationBuilder::settle) (default 120 s: four resyncs, twelve default lease
+//!   TTLs) and passes when the store is converged
+//!   ([`Snapshot::is_converged`](crate::cluster::Snapshot::is_converged)): every service has
+//!   exactly its count of current instances, running and ready on live nodes, with status and
+//!   endpoints saying so. A document that cannot converge (a requirement no node meets) never
+//!   passes.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `world.rs` | the agenda, the store, messages and their delays |
+//! | `actors.rs` | the drivers of the controller loops and agent loops |
+//! | `net.rs` | watches, polled only when the store wakes them |
+//! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
+//! | `trace.rs` | [`Trace`] |
+//! | `queue.rs` | the agenda |
+
+mod actors;
+mod faults;
+mod inject;
+mod net;
+mod queue;
+mod trace;
+mod world;
+
+pub use actors::EPOCH;
+pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
+pub use trace::{Keep, Trace};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_controllers::apply::DesiredFacts;
+use ccattler_controllers::standard;
+use ccattler_core::runner::LoopConfig;
+use ccattler_core::schema::{Cpu, Memory};
+use ccattler_core::{Controller, FactView};
+use ccattler_runtime::agent::AgentConfig;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::cluster::{NodeSpec, Snapshot};
+use actors::{ControllerActor, NodeActor};
+use world::{Event, World};
+
+/// Makes a fresh controller object (on start, and again on each restart).
+pub(crate) type MakeController = Arc<dyn Fn() -> Arc<dyn Controller> + Send + Sync>;
+
+/// Builds a [`Simulation`]; start with [`Simulation::builder`].
+///
+/// | setting | default |
+/// |---|---|
+/// | [`seed`](Self::seed) | 0 |
+/// | nodes | none: add them with [`nodes`](Self::nodes) or [`node`](Self::node) |
+/// | controllers | every standard controller; add your own with [`controller`](Self::controller) |
+/// | [`faults`](Self::faults) | none |
+/// | [`schedule`](Self::schedule) | drawn from the faults' rates and the seed |
+/// | [`duration`](Self::duration) | 60 s of virtual time during which faults fire |
+/// | [`settle`](Self::settle) | 120 s: the convergence bound after the last fault |
+/// | [`lease_ttl`](Self::lease_ttl) | 10 s |
+/// | [`keep`](Self::keep) | the last 200 trace lines |
+#[derive(Clone)]
+#[must_use]
+pub struct SimulationBuilder {
+    desired: DesiredFacts,
+    seed: u64,
+    nodes: Vec<NodeSpec>,
+    controllers: Vec<MakeController>,
+    faults: FaultRates,
+    schedule: Option<Schedule>,
+    duration: Duration,
+    settle: Duration,
+    lease_ttl: Duration,
+    loop_config: LoopConfig,
+    keep: Keep,
+}
+
+impl std::fmt::Debug for SimulationBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulationBuilder")
+            .field("seed", &self.seed)
+            .field("nodes", &self.nodes.len())
+            .field("controllers", &self.controllers.len())
+            .field("faults", &self.faults)
+            .field("duration", &self.duration)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimulationBuilder {
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Adds `count` nodes `n1`, `n2`, ... with `cpu` and `memory` each.
+    pub fn nodes(mut self, count: usize, cpu: Cpu, memory: Memory) -> Self {
+        let first = self.nodes.len() + 1;
+        for i in first..first + count {
+            self.nodes.push(NodeSpec::new(format!("n{i}"), cpu, memory));
+        }
+        self
+    }
+
+    /// Adds one node.
+    pub fn node(mut self, node: NodeSpec) -> Self {
+        self.nodes.push(node);
+        self
+    }
+
+    /// Adds a controller of your own beside the standard ones; `make` builds a fresh object on
+    /// start and on each of its restarts.
+    pub fn controller<F>(mut self, make: F) -> Self
+    where
+        F: Fn() -> Arc<dyn Controller> + Send + Sync + 'static,
+    {
+        self.controllers.push(Arc::new(make));
+        self
+    }
+
+    /// Sets which faults fire and how often.
+    pub fn faults(mut self, rates: FaultRates) -> Self {
+        self.faults = rates;
+        self
+    }
+
+    /// Injects exactly these faults instead of drawing them (to replay or shrink a schedule).
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// Sets how long faults may fire.
+    pub fn duration(mut self, duration: Duration) -> Self {
+        self.duration = duration;
+        self
+    }
+
+    /// Sets how long the cluster has to converge after the last fault.
+    pub fn settle(mut self, settle: Duration) -> Self {
+        self.settle = settle;
+        self
+    }
+
+    /// Sets the nodes' lease TTL.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Sets the controller loops' timing.
+    pub fn loop_config(mut self, config: LoopConfig) -> Self {
+        self.loop_config = config;
+        self
+    }
+
+    /// Sets how much of the trace to keep.
+    pub fn keep(mut self, keep: Keep) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// The schedule this builder's run injects.
+    pub fn planned_schedule(&self) -> Schedule {
+        match &self.schedule {
+            Some(schedule) => schedule.clone(),
+            None => self.faults.schedule(
+                &mut SmallRng::seed_from_u64(self.seed ^ SCHEDULE_SALT),
+                self.duration,
+            ),
+        }
+    }
+
+    /// Runs the simulation to its end.
+    pub fn run(self) -> Report {
+        Simulation::new(self).run()
+    }
+}
+
+/// Keeps the fault schedule's draws apart from the run's, so that adding a fault does not
+/// change every delay of the run.
+const SCHEDULE_SALT: u64 = 0x5eed_fa17_5eed_fa17;
+
+/// A seeded run of the whole cluster. See the [module docs](self).
+pub struct Simulation {
+    world: World,
+    seed: u64,
+    schedule: Schedule,
+    duration: Duration,
+    settle: Duration,
+}
+
+impl std::fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation")
+            .field("seed", &self.seed)
+            .field("now", &self.world.now)
+            .field("actors", &self.world.actors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Simulation {
+    /// A builder for a run that applies `desired` (the facts of a checked `.cca` document).
+    pub fn builder(desired: DesiredFacts) -> SimulationBuilder {
+        let controllers = (0..standard::all().len())
+            .map(|i| -> MakeController { Arc::new(move || standard::all()[i].clone()) })
+            .collect();
+        SimulationBuilder {
+            desired,
+            seed: 0,
+            nodes: Vec::new(),
+            controllers,
+            faults: FaultRates::none(),
+            schedule: None,
+            duration: Duration::from_secs(60),
+            settle: Duration::from_secs(120),
+            lease_ttl: Duration::from_secs(10),
+            loop_config: LoopConfig::default(),
+            keep: Keep::Last(200),
+        }
+    }
+
+    fn new(builder: SimulationBuilder) -> Self {
+        let schedule = builder.planned_schedule();
+        let mut rng = SmallRng::seed_from_u64(builder.seed);
+        let trace = Trace::new(builder.keep);
+        let mut world = World::new(
+            SmallRng::seed_from_u64(rng.random()),
+            trace,
+            builder.desired,
+        );
+        world.trace.line(
+            world.now,
+            "sim",
+            format!(
+                "seed {}, {} nodes, {} controllers, {} faults",
+                builder.seed,
+                builder.nodes.len(),
+                builder.controllers.len(),
+                schedule.faults.len()
+            ),
+        );
+        for make in &builder.controllers {
+            let actor =
+                ControllerActor::new(Arc::clone(make), builder.loop_config.clone(), rng.random());
+            let index = world.add_controller(actor);
+            world.agenda.push(Duration::ZERO, Event::Wake(index));
+        }
+        for node in &builder.nodes {
+            let mut config = AgentConfig::new(node.name(), format!("/sim/{}", node.name()))
+                .lease_ttl(builder.lease_ttl);
+            config.cpu = node.status.cpu;
+            config.memory = node.status.memory;
+            config.labels = node.status.labels.clone();
+            config.taints = node.status.taints.clone();
+            config.zone = node.status.zone.clone();
+            config.architecture = node.status.architecture.clone();
+            config.address = node.status.address.clone();
+            let index = world.add_node(NodeActor::new(config));
+            let boot = Duration::from_millis(rng.random_range(0..2_000));
+            world.agenda.push(boot, Event::Boot(index));
+        }
+        world.agenda.push(
+            Duration::from_millis(rng.random_range(0..1_000)),
+            Event::Apply,
+        );
+        world.schedule(&schedule);
+        Simulation {
+            world,
+            seed: builder.seed,
+            schedule,
+            duration: builder.duration,
+            settle: builder.settle,
+        }
+    }
+
+    /// Runs until the cluster converged after the last fault, or the settle bound passed.
+    pub fn run(mut self) -> Report {
+        let quiet = self.schedule.quiet_after().max(self.duration);
+        let deadline = quiet + self.settle;
+        let mut next_check = quiet;
+        let mut converged_at = None;
+        while self.world.now <= deadline && self.world.fatal.is_none() {
+            if self.world.step(next_check) {
+                continue;
+            }
+            // Nothing is due before the next check: time jumps to it.
+            self.world.now = next_check;
+            if self.converged() {
+                converged_at = Some(next_check);
+                break;
+            }
+            next_check += Duration::from_secs(1);
+        }
+        let state = self.snapshot().map(|s| s.summary()).unwrap_or_default();
+        Report {
+            state,
+            seed: self.seed,
+            fired: self.world.fired.clone(),
+            quiet_after: quiet,
+            converged_at,
+            settle: self.settle,
+            fatal: self.world.fatal.take(),
+            steps: self.world.steps,
+            schedule: self.schedule,
+            trace: self.world.trace,
+        }
+    }
+
+    fn converged(&self) -> bool {
+        self.snapshot().is_some_and(|s| s.is_converged())
+    }
+
+    /// The whole store now.
+    fn snapshot(&self) -> Option<Snapshot> {
+        let scan = world::ready(ccattler_core::FactStore::scan(&self.world.store, "")).ok()?;
+        Some(Snapshot::new(FactView::from_facts(
+            scan.revision,
+            scan.facts,
+        )))
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// The faults injected.
+    pub schedule: Schedule,
+    /// How often each kind fired (struck something).
+    pub fired: Vec<(FaultKind, u64)>,
+    /// When the last fault's effects ended (or the fault period did, if later).
+    pub quiet_after: Duration,
+    /// When the cluster was first seen converged after that, if it was.
+    pub converged_at: Option<Duration>,
+    /// The bound it had.
+    pub settle: Duration,
+    /// A controller that failed fatally.
+    pub fatal: Option<String>,
+    /// Events handled.
+    pub steps: u64,
+    /// The trace (as much as was kept).
+    pub trace: Trace,
+    /// The store at the end, summed up: each service's status and the placements per node.
+    pub state: String,
+}
+
+impl Report {
+    /// Whether the run converged in time, with no fatal failure.
+    pub fn passed(&self) -> bool {
+        self.converged_at.is_some() && self.fatal.is_none()
+    }
+
+    /// How long convergence took after the faults stopped.
+    pub fn time_to_converge(&self) -> Option<Duration> {
+        self.converged_at
+            .map(|at| at.saturating_sub(self.quiet_after))
+    }
+
+    /// A paragraph for a failed run: the seed, what failed, and the trace's last lines.
+    pub fn explain(&self) -> String {
+        let verdict = match (&self.fatal, self.converged_at) {
+            (Some(fatal), _) => fatal.clone(),
+            (None, None) => format!(
+                "not converged within {:?} after the last fault (at {:?})",
+                self.settle, self.quiet_after
+            ),
+            (None, Some(at)) => format!("converged at {at:?}"),
+        };
+        format!(
+            "seed {}: {verdict}\nthe cluster {}\nlast lines of the trace:\n{}",
+            self.seed,
+            self.state,
+            self.trace.tail(40)
+        )
+    }
+}

@@ -1,0 +1,418 @@
+//! The simulation's state and its event loop: one clock, one generator, one agenda; requests to
+//! the store travel, are executed when they arrive, and their answers travel back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccattler_controllers::apply::DesiredFacts;
+use ccattler_core::runner::ReconcileFailure;
+use ccattler_core::{
+    Change, FactStore, ManualClock, Scan, StoreError, Txn, TxnResponse, WatchEvent,
+};
+use ccattler_runtime::agent::{self, Action as AgentAction, Outcome};
+use ccattler_store::{MemoryConfig, MemoryStore};
+use futures_util::FutureExt;
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+use super::actors::{Actor, ControllerActor, NodeActor};
+use super::faults::{Fault, FaultKind, Schedule};
+use super::net::Subs;
+use super::queue::Agenda;
+use super::trace::Trace;
+
+/// A request on its way to the store.
+#[derive(Debug)]
+pub(crate) enum Request {
+    /// A controller lists its prefixes.
+    List(Vec<String>),
+    /// A controller commits.
+    Commit(Txn),
+    /// An agent's store action.
+    Agent(AgentAction),
+}
+
+/// A result on its way back to an actor.
+#[derive(Debug)]
+pub(crate) enum Input {
+    Listed(Result<Vec<Scan>, StoreError>),
+    Reconciled(Result<Vec<Change>, ReconcileFailure>),
+    Committed(Result<TxnResponse, StoreError>),
+    Agent(Outcome),
+}
+
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// An actor's deadline.
+    Wake(usize),
+    /// A request reaches the store.
+    Request {
+        actor: usize,
+        incarnation: u64,
+        request: Request,
+    },
+    /// A result reaches its actor.
+    Input {
+        actor: usize,
+        incarnation: u64,
+        input: Input,
+    },
+    /// A watch event (or the watch's end) reaches its actor.
+    Deliver {
+        actor: usize,
+        generation: u64,
+        item: Option<Result<WatchEvent, StoreError>>,
+    },
+    /// The user applies the document.
+    Apply,
+    /// A fault begins.
+    Fault(Fault),
+    /// A node's machine boots for the first time.
+    Boot(usize),
+    /// A crashed node comes back.
+    NodeReturns { node: usize, wipe: bool },
+    /// A node's runtime tells the truth again after a stale observation.
+    FreshObservation(usize),
+}
+
+/// A window during which a fault is in force.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    pub kind: FaultKind,
+    /// The actor it strikes, for the kinds that strike one.
+    pub actor: Option<usize>,
+    pub until: Duration,
+}
+
+/// Everything a run holds.
+pub(crate) struct World {
+    pub now: Duration,
+    pub rng: SmallRng,
+    pub clock: ManualClock,
+    pub store: MemoryStore,
+    pub agenda: Agenda<Event>,
+    pub subs: Subs,
+    pub actors: Vec<Actor>,
+    pub trace: Trace,
+    pub windows: Vec<Window>,
+    pub desired: DesiredFacts,
+    /// How often each fault kind fired.
+    pub fired: Vec<(FaultKind, u64)>,
+    /// Messages to and from the store take this long at least.
+    pub base_latency: (u64, u64),
+    pub steps: u64,
+    pub fatal: Option<String>,
+}
+
+impl World {
+    pub(crate) fn new(rng: SmallRng, trace: Trace, desired: DesiredFacts) -> Self {
+        let clock = ManualClock::new();
+        let store =
+            MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
+        World {
+            now: Duration::ZERO,
+            rng,
+            clock,
+            store,
+            agenda: Agenda::new(),
+            subs: Subs::new(),
+            actors: Vec::new(),
+            trace,
+            windows: Vec::new(),
+            desired,
+            fired: FaultKind::ALL.iter().map(|k| (*k, 0)).collect(),
+            base_latency: (1, 5),
+            steps: 0,
+            fatal: None,
+        }
+    }
+
+    /// Schedules every fault of `schedule`.
+    pub(crate) fn schedule(&mut self, schedule: &Schedule) {
+        for fault in &schedule.faults {
+            self.agenda.push(fault.at, Event::Fault(fault.clone()));
+        }
+    }
+
+    /// Handles events due by `until`. Returns false when none was left.
+    pub(crate) fn step(&mut self, until: Duration) -> bool {
+        let Some((at, event)) = self.agenda.pop_until(until) else {
+            return false;
+        };
+        self.now = self.now.max(at);
+        self.clock.set(self.now);
+        self.store.expire_leases();
+        self.windows.retain(|w| w.until > at);
+        self.steps += 1;
+        self.handle(event);
+        self.pump();
+        true
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Wake(actor) => {
+                self.actors[actor].clear_wake();
+                self.step_actor(actor);
+            }
+            Event::Request {
+                actor,
+                incarnation,
+                request,
+            } => self.execute(actor, incarnation, request),
+            Event::Input {
+                actor,
+                incarnation,
+                input,
+            } => {
+                if self.actors[actor].incarnation() == Some(incarnation) {
+                    self.feed(actor, input);
+                    self.step_actor(actor);
+                }
+            }
+            Event::Deliver {
+                actor,
+                generation,
+                item,
+            } => {
+                if self.actors[actor].watch_generation() == Some(generation) {
+                    self.deliver(actor, item);
+                    self.step_actor(actor);
+                }
+            }
+            Event::Apply => self.apply(),
+            Event::Fault(fault) => self.inject(fault),
+            Event::Boot(node) => self.boot(node),
+            Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
+            Event::FreshObservation(node) => self.fresh_observation(node),
+        }
+    }
+
+    fn apply(&mut self) {
+        let result = ccattler_controllers::apply::apply(
+            &self.store,
+            &self.desired,
+            ccattler_controllers::apply::ApplyOptions::default(),
+        )
+        .now_or_never();
+        let line = match result {
+            Some(Ok(report)) => match report.revision {
+                Some(revision) => format!("apply committed at {revision}"),
+                None => "apply: nothing to change".to_owned(),
+            },
+            Some(Err(err)) => format!("apply failed: {err}"),
+            None => "apply did not complete at once".to_owned(),
+        };
+        self.trace.line(self.now, "user", line);
+    }
+
+    /// How long a message between the store and `actor` takes now.
+    pub(crate) fn latency(&mut self, actor: usize) -> Duration {
+        let (lo, hi) = self.base_latency;
+        let mut ms = self.rng.random_range(lo..=hi);
+        let delayed = self
+            .windows
+            .iter()
+            .any(|w| w.kind == FaultKind::NetworkDelay && w.actor == Some(actor));
+        if delayed {
+            ms += self.rng.random_range(200..=3_000);
+        }
+        Duration::from_millis(ms)
+    }
+
+    fn window(&self, kind: FaultKind) -> Option<Window> {
+        self.windows.iter().copied().find(|w| w.kind == kind)
+    }
+
+    /// Sends a request from `actor` to the store.
+    pub(crate) fn send(&mut self, actor: usize, request: Request) {
+        let Some(incarnation) = self.actors[actor].incarnation() else {
+            return;
+        };
+        let mut delay = self.latency(actor);
+        if self.window(FaultKind::SlowStorage).is_some() {
+            delay += Duration::from_millis(self.rng.random_range(50..=500));
+        }
+        self.agenda.push(
+            self.now + delay,
+            Event::Request {
+                actor,
+                incarnation,
+                request,
+            },
+        );
+    }
+
+    /// Returns a result to `actor` after `delay`.
+    pub(crate) fn answer(&mut self, actor: usize, incarnation: u64, delay: Duration, input: Input) {
+        self.agenda.push(
+            self.now + delay,
+            Event::Input {
+                actor,
+                incarnation,
+                input,
+            },
+        );
+    }
+
+    /// A request reaches the store: executed now (or refused by slow storage), answered later.
+    fn execute(&mut self, actor: usize, incarnation: u64, request: Request) {
+        let refused = self.window(FaultKind::SlowStorage).is_some() && self.rng.random_bool(0.1);
+        let name = self.actors[actor].name().to_owned();
+        let input = if refused {
+            let error = StoreError::unavailable("the store is overloaded (simulated)");
+            self.trace
+                .line(self.now, &name, "store request refused (slow storage)");
+            match request {
+                Request::List(_) => Input::Listed(Err(error)),
+                Request::Commit(_) => Input::Committed(Err(error)),
+                Request::Agent(action) => match agent::perform::store_failure(&action, error) {
+                    Some(outcome) => Input::Agent(outcome),
+                    None => return,
+                },
+            }
+        } else {
+            match request {
+                Request::List(prefixes) => Input::Listed(self.list(&prefixes)),
+                Request::Commit(txn) => {
+                    let result = ready(self.store.txn(txn));
+                    self.trace_commit(&name, &result);
+                    Input::Committed(result)
+                }
+                Request::Agent(action) => {
+                    let (node, ttl) = match &self.actors[actor] {
+                        Actor::Node(node) => (node.name.clone(), node.config.lease_ttl),
+                        Actor::Controller(_) => return,
+                    };
+                    match agent::perform::store_action(&self.store, &node, ttl, action)
+                        .now_or_never()
+                        .flatten()
+                    {
+                        Some(outcome) => Input::Agent(outcome),
+                        None => return,
+                    }
+                }
+            }
+        };
+        let delay = self.latency(actor);
+        self.answer(actor, incarnation, delay, input);
+    }
+
+    fn list(&self, prefixes: &[String]) -> Result<Vec<Scan>, StoreError> {
+        prefixes
+            .iter()
+            .map(|prefix| ready(self.store.scan(prefix)))
+            .collect()
+    }
+
+    fn trace_commit(&mut self, who: &str, result: &Result<TxnResponse, StoreError>) {
+        let line = match result {
+            Ok(r) if r.succeeded => format!("commit at {}", r.revision),
+            Ok(_) => "commit lost a race (conflict)".to_owned(),
+            Err(err) => format!("commit failed: {err}"),
+        };
+        self.trace.line(self.now, who, line);
+    }
+
+    /// Polls the woken watches and schedules their deliveries.
+    fn pump(&mut self) {
+        for item in self.subs.poll_ready() {
+            let Some(actor) = self.actors.get(item.actor) else {
+                continue;
+            };
+            if actor.watch_generation() != Some(item.generation) {
+                continue;
+            }
+            let lost = self
+                .windows
+                .iter()
+                .any(|w| w.kind == FaultKind::LostMessages && w.actor == Some(item.actor));
+            if lost && item.item.as_ref().is_some_and(Result::is_ok) && self.rng.random_bool(0.2) {
+                let name = actor.name().to_owned();
+                if self.rng.random_bool(0.5) {
+                    self.trace
+                        .line(self.now, &name, "watch event lost; the watch breaks");
+                    self.subs.close(item.sub);
+                    let at = self.now + self.latency(item.actor);
+                    let at = self.subs.delivery_time(item.sub, at);
+                    self.agenda.push(
+                        at,
+                        Event::Deliver {
+                            actor: item.actor,
+                            generation: item.generation,
+                            item: Some(Err(StoreError::unavailable("connection lost (simulated)"))),
+                        },
+                    );
+                } else {
+                    self.trace
+                        .line(self.now, &name, "watch event lost silently");
+                }
+                continue;
+            }
+            let twice = self.window(FaultKind::DuplicateEvents).is_some()
+                && item.item.as_ref().is_some_and(Result::is_ok)
+                && self.rng.random_bool(0.33);
+            if twice && let Some(Ok(event)) = &item.item {
+                let at = self.now + self.latency(item.actor);
+                let at = self.subs.delivery_time(item.sub, at);
+                self.agenda.push(
+                    at,
+                    Event::Deliver {
+                        actor: item.actor,
+                        generation: item.generation,
+                        item: Some(Ok(event.clone())),
+                    },
+                );
+            }
+            let at = self.now + self.latency(item.actor);
+            let at = self.subs.delivery_time(item.sub, at);
+            self.agenda.push(
+                at,
+                Event::Deliver {
+                    actor: item.actor,
+                    generation: item.generation,
+                    item: item.item,
+                },
+            );
+        }
+    }
+
+    /// Counts a fault of `kind` as fired.
+    pub(crate) fn count(&mut self, kind: FaultKind) {
+        if let Some((_, n)) = self.fired.iter_mut().find(|(k, _)| *k == kind) {
+            *n += 1;
+        }
+    }
+
+    /// The index of the `target`-th actor among those `pick` accepts, if any.
+    pub(crate) fn pick(&self, target: u32, pick: impl Fn(&Actor) -> bool) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.actors.len())
+            .filter(|i| pick(&self.actors[*i]))
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        Some(candidates[target as usize % candidates.len()])
+    }
+
+    pub(crate) fn add_controller(&mut self, actor: ControllerActor) -> usize {
+        self.actors.push(Actor::Controller(Box::new(actor)));
+        self.actors.len() - 1
+    }
+
+    pub(crate) fn add_node(&mut self, actor: NodeActor) -> usize {
+        self.actors.push(Actor::Node(Box::new(actor)));
+        self.actors.len() - 1
+    }
+}
+
+/// The output of a store future that is ready at once, as every `MemoryStore` future is.
+pub(crate) fn ready<T>(
+    future: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    future.now_or_never().unwrap_or_else(|| {
+        Err(StoreError::unavailable(
+            "a store call did not complete at once",
+        ))
+    })
+}
