@@ -35,6 +35,9 @@ pub struct AgentConfig {
     pub lease_ttl: Duration,
     /// How often the agent compares desired and observed state when nothing happens. Default 1 s.
     pub sync_interval: Duration,
+    /// How often the agent lists its placements again, as a safety net against missed watch
+    /// events. Default 30 s.
+    pub resync_interval: Duration,
     /// How long a stopping instance gets between SIGTERM and SIGKILL. Default 10 s.
     pub stop_grace: Duration,
     /// Delays between retries, one per consecutive failure, the last repeating: of a start that
@@ -63,6 +66,7 @@ impl AgentConfig {
             cache_dir: cache_dir.into(),
             lease_ttl: Duration::from_secs(10),
             sync_interval: Duration::from_secs(1),
+            resync_interval: Duration::from_secs(30),
             stop_grace: Duration::from_secs(10),
             retry_delays: LoopConfig::default().restart_delays,
             max_backoff: Duration::from_secs(30),
@@ -102,6 +106,13 @@ impl AgentConfig {
     #[must_use]
     pub fn sync_interval(mut self, every: Duration) -> Self {
         self.sync_interval = every;
+        self
+    }
+
+    /// Sets the resync interval.
+    #[must_use]
+    pub fn resync_interval(mut self, every: Duration) -> Self {
+        self.resync_interval = every;
         self
     }
 

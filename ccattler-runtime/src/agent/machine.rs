@@ -39,8 +39,13 @@ enum Link {
     Registering,
     /// Registered under `lease`; the list is in flight.
     Listing { lease: LeaseId },
-    /// Registered, listed and watching; renew the lease at `renew_at`.
-    Live { lease: LeaseId, renew_at: Duration },
+    /// Registered, listed and watching; renew the lease at `renew_at`, list again at
+    /// `resync_at`.
+    Live {
+        lease: LeaseId,
+        renew_at: Duration,
+        resync_at: Duration,
+    },
 }
 
 /// The store action in flight, to match its result.
@@ -83,6 +88,9 @@ pub(super) enum RuntimeOp {
 /// Actions come in two [`Lane`](super::Lane)s: at most one store action and one runtime action
 /// are outstanding at a time, and the driver may run the two at once. A watch delivers events
 /// without holding the store lane.
+///
+/// Every [`AgentConfig::resync_interval`] the loop lists its placements again, the safety net
+/// against a watch that lost an event without breaking.
 ///
 /// One pass: observe the runtime; compare with the placements; queue the starts, stops, removals
 /// and probes that are due; perform them one by one; observe again; report what changed. A pass
@@ -211,7 +219,11 @@ impl AgentLoop {
         let link = match self.link {
             _ if self.store_busy.is_some() => None,
             Link::Down { retry_at } => Some(retry_at),
-            Link::Live { renew_at, .. } => Some(renew_at),
+            Link::Live {
+                renew_at,
+                resync_at,
+                ..
+            } => Some(renew_at.min(resync_at)),
             Link::Registering | Link::Listing { .. } => None,
         };
         let pass = (self.runtime_busy.is_none() && self.queue.is_empty()).then_some(self.next_pass);
@@ -252,9 +264,19 @@ impl AgentLoop {
                     status: schema::encode(&self.config.status()),
                 })
             }
-            Link::Live { lease, renew_at } if self.now >= renew_at => {
+            Link::Live {
+                lease, renew_at, ..
+            } if self.now >= renew_at => {
                 self.store_busy = Some(StoreOp::Renew);
                 Some(Action::RenewLease { lease })
+            }
+            Link::Live {
+                lease, resync_at, ..
+            } if self.now >= resync_at => {
+                // The safety net against a watch that lost an event without breaking.
+                self.link = Link::Listing { lease };
+                self.store_busy = Some(StoreOp::List);
+                Some(self.list_action())
             }
             Link::Live { lease, .. } => {
                 if let Some(service) = self.spec_fetches.pop_first() {
@@ -334,11 +356,8 @@ impl AgentLoop {
                 self.save_cache();
                 self.link = Link::Listing { lease };
                 self.store_busy = Some(StoreOp::List);
-                let node = &self.config.node;
-                self.outbox.push_back(Action::List {
-                    placements: format!("{}{node}/", schema::PLACEMENTS),
-                    observations: format!("{}{node}/", schema::OBSERVED_INSTANCES),
-                });
+                let list = self.list_action();
+                self.outbox.push_back(list);
             }
             Err(err) => self.disconnect(format!("registering failed: {err}")),
         }
@@ -380,9 +399,14 @@ impl AgentLoop {
             prefix: format!("{}{}/", schema::PLACEMENTS, self.config.node),
             from: listing.placements.revision.next(),
         });
+        let renew_at = match self.link {
+            Link::Live { renew_at, .. } => renew_at,
+            _ => self.now.saturating_add(self.config.lease_ttl / 3),
+        };
         self.link = Link::Live {
             lease,
-            renew_at: self.now.saturating_add(self.config.lease_ttl / 3),
+            renew_at,
+            resync_at: self.now.saturating_add(self.config.resync_interval),
         };
         self.unavailable.clear();
         let placed: Vec<Assignment> = self.desired.placements.values().cloned().collect();
@@ -509,7 +533,10 @@ impl AgentLoop {
         if !self.store_done(|op| *op == StoreOp::Renew) {
             return;
         }
-        let Link::Live { lease, .. } = self.link else {
+        let Link::Live {
+            lease, resync_at, ..
+        } = self.link
+        else {
             return;
         };
         match result {
@@ -517,6 +544,7 @@ impl AgentLoop {
                 self.link = Link::Live {
                     lease,
                     renew_at: self.now.saturating_add(self.config.lease_ttl / 3),
+                    resync_at,
                 };
             }
             Err(err) => self.disconnect(format!("renewing the node's lease failed: {err}")),
@@ -653,6 +681,14 @@ impl AgentLoop {
         self.save_cache();
         self.pass_wanted = true;
         self.report_wanted = true;
+    }
+
+    fn list_action(&self) -> Action {
+        let node = &self.config.node;
+        Action::List {
+            placements: format!("{}{node}/", schema::PLACEMENTS),
+            observations: format!("{}{node}/", schema::OBSERVED_INSTANCES),
+        }
     }
 
     fn save_cache(&mut self) {

@@ -1,7 +1,7 @@
 //! What the agent reports: one `observed/instance/{node}/{id}` per placed instance, built from
 //! the runtime's last observation and the agent's own tracking, written only when it changed.
 
-use ccattler_core::schema::{self, Health, InstanceObservation, ObservedState};
+use ccattler_core::schema::{self, DesiredState, Health, InstanceObservation, ObservedState};
 use ccattler_core::{InstanceState, Key, LeaseId, Value};
 
 use super::machine::AgentLoop;
@@ -70,6 +70,11 @@ impl AgentLoop {
             ..InstanceObservation::default()
         };
         match seen.map(|o| &o.state) {
+            // Asked to stop, and the runtime has nothing of it (it never started here, or the
+            // node came back empty): it is as stopped as it gets.
+            None if assignment.state == DesiredState::Stopped => {
+                report.state = ObservedState::Stopped;
+            }
             None => {
                 report.state = if track.and_then(|t| t.failure.as_ref()).is_some() {
                     ObservedState::Failed

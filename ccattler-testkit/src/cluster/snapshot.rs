@@ -115,29 +115,54 @@ impl Snapshot {
 
     /// Whether every desired service is fully converged: exactly its count of current-version
     /// instances, all running and ready on live nodes, none stopping; status desired = present =
-    /// running = ready; endpoints list each that serves at an address; and nothing is left of
-    /// deleted services.
+    /// running = ready; endpoints list each that serves at an address; no placement left over;
+    /// and nothing is left of deleted services. [`gaps`](Self::gaps) says what is missing.
     pub fn is_converged(&self) -> bool {
+        self.gaps().is_empty()
+    }
+
+    /// What keeps the store from being converged ([`is_converged`](Self::is_converged)), one
+    /// line each, for people; empty when it is converged.
+    pub fn gaps(&self) -> Vec<String> {
         let cluster = self.cluster();
-        let services_ok = cluster.services.iter().all(|(name, spec)| {
+        let mut gaps = Vec::new();
+        for (name, spec) in &cluster.services {
             let Some(effective) = cluster.effective.get(name) else {
-                return false;
+                gaps.push(format!("{name}: no effective record yet"));
+                continue;
             };
             let intent = schema::keys::scale_intent(name)
                 .ok()
                 .and_then(|key| self.view.get(key.as_str()))
                 .and_then(|fact| schema::decode::<ScaleIntent>(fact).ok());
             if *effective != IntentResolver::resolve(spec, intent.as_ref()) {
-                return false; // the intent resolver has not caught up with the spec yet
+                gaps.push(format!("{name}: the effective record lags the spec"));
+                continue;
             }
             let n = effective.instances;
             let instances: Vec<&Instance> = cluster.instances_of(name).collect();
-            let all_good = instances.iter().all(|i| {
-                i.desired.state == DesiredState::Running
-                    && i.desired.version == spec.version()
-                    && i.node_alive
-                    && i.is_ready()
-            });
+            for i in &instances {
+                let why = if i.desired.state != DesiredState::Running {
+                    "is stopping"
+                } else if i.desired.version != spec.version() {
+                    "runs an old version"
+                } else if i.node.is_none() {
+                    "is not placed"
+                } else if !i.node_alive {
+                    "is on a dead node"
+                } else if !i.is_ready() {
+                    "is not running and ready"
+                } else {
+                    continue;
+                };
+                gaps.push(format!("{name}: instance {} {why}", i.id));
+            }
+            if instances.len() != n as usize {
+                gaps.push(format!(
+                    "{name}: {} instances for {n} desired",
+                    instances.len()
+                ));
+            }
             let status = ServiceStatus {
                 desired: n,
                 present: n,
@@ -145,30 +170,42 @@ impl Snapshot {
                 ready: n,
                 deleting: false,
             };
-            all_good
-                && instances.len() == n as usize
-                && self.status(name).as_ref() == Some(&status)
-                && self.endpoints(name).is_some_and(|e| {
-                    // Every instance that serves at an address (one that exposes a port).
-                    let serving = instances
-                        .iter()
-                        .filter(|i| i.report().is_some_and(|o| o.address.is_some()))
-                        .count();
-                    e.addresses.len() == serving
-                })
-        });
-        let leftovers = cluster
-            .instances
-            .values()
-            .any(|i| !cluster.services.contains_key(&i.desired.service));
-        let stale_status = self.view.scan(schema::SERVICE_STATUS).any(|f| {
+            if self.status(name).as_ref() != Some(&status) {
+                gaps.push(format!("{name}: status {:?}", self.status(name)));
+            }
+            // Every instance that serves at an address (one that exposes a port).
+            let serving = instances
+                .iter()
+                .filter(|i| i.report().is_some_and(|o| o.address.is_some()))
+                .count();
+            let listed = self.endpoints(name).map(|e| e.addresses.len());
+            if listed != Some(serving) {
+                gaps.push(format!(
+                    "{name}: endpoints list {listed:?} of {serving} addresses"
+                ));
+            }
+        }
+        for i in cluster.instances.values() {
+            if !cluster.services.contains_key(&i.desired.service) {
+                gaps.push(format!(
+                    "instance {} of deleted {} is left",
+                    i.id, i.desired.service
+                ));
+            }
+        }
+        for key in cluster.orphan_placements() {
+            gaps.push(format!("placement {key} has no instance"));
+        }
+        for f in self.view.scan(schema::SERVICE_STATUS) {
             let name = f
                 .key
                 .strip_prefix(schema::SERVICE_STATUS)
                 .unwrap_or_default();
-            !cluster.services.contains_key(name)
-        });
-        services_ok && !leftovers && !stale_status
+            if !cluster.services.contains_key(name) {
+                gaps.push(format!("status of deleted {name} is left"));
+            }
+        }
+        gaps
     }
 
     /// One line per service: its status, and the placement counts per node, for messages.

@@ -58,9 +58,11 @@
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
 //! | `trace.rs` | [`Trace`] |
+//! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
 //! | `queue.rs` | the agenda |
 
 mod actors;
+mod chaos;
 mod faults;
 mod inject;
 mod net;
@@ -69,6 +71,7 @@ mod trace;
 mod world;
 
 pub use actors::EPOCH;
+pub use chaos::{Chaos, Run, Summary};
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use trace::{Keep, Trace};
 
@@ -339,7 +342,16 @@ impl Simulation {
             }
             next_check += Duration::from_secs(1);
         }
-        let state = self.snapshot().map(|s| s.summary()).unwrap_or_default();
+        let state = self
+            .snapshot()
+            .map(|s| {
+                let mut text = s.summary();
+                for gap in s.gaps().iter().take(10) {
+                    text.push_str(&format!("\n  not converged: {gap}"));
+                }
+                text
+            })
+            .unwrap_or_default();
         Report {
             state,
             seed: self.seed,

@@ -25,14 +25,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ccattler_controllers::lang::{Compiled, SourceFile};
-use ccattler_core::schema::{Cpu, Memory, ProbeCheck, format_duration};
+use ccattler_core::schema::{ProbeCheck, format_duration};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::check::check_file;
 use super::cluster::{DevCluster, DevConfig, RuntimeKind};
 use super::display::Display;
-use super::flags::{parse_cpu, parse_label, parse_memory, parse_time, parse_zone};
+use super::flags::parse_time;
 use super::progress::{ClusterStatus, StatusFollower};
+use super::shape::ShapeArgs;
 use super::{CliError, EXIT_FAILURE, EXIT_TIMEOUT, read_source};
 
 /// Arguments of `cca dev`.
@@ -52,22 +53,9 @@ pub struct DevArgs {
     /// process (the image is ignored); `sim` runs nothing and simulates instances in memory.
     #[arg(long, value_enum, default_value_t = RuntimeKind::Process)]
     pub runtime: RuntimeKind,
-    /// How many local nodes to run (n1..nN), each with its own agent.
-    #[arg(long, value_name = "N", default_value_t = 3,
-          value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub nodes: u32,
-    /// Allocatable CPU of each local node: cores (`2`) or millicores (`500m`).
-    #[arg(long, value_name = "CPU", default_value = "2", value_parser = parse_cpu)]
-    pub node_cpu: Cpu,
-    /// Allocatable memory of each local node (`512Mi`, `2Gi`).
-    #[arg(long, value_name = "MEMORY", default_value = "2Gi", value_parser = parse_memory)]
-    pub node_memory: Memory,
-    /// Zones given to the local nodes round-robin (`--zones a,b,c`); none by default.
-    #[arg(long, value_name = "ZONES", value_delimiter = ',', value_parser = parse_zone)]
-    pub zones: Vec<String>,
-    /// Labels set on every local node (`--labels disk=ssd,tier=web`).
-    #[arg(long, value_name = "K=V", value_delimiter = ',', value_parser = parse_label)]
-    pub labels: Vec<(String, String)>,
+    /// The local nodes: how many, their capacity, zones and labels.
+    #[command(flatten)]
+    pub shape: ShapeArgs,
     /// Exit 0 (printing the final status) as soon as observed state matches desired: every
     /// service has as many running and ready instances as desired, and none is unplaced.
     #[arg(long)]
@@ -94,11 +82,11 @@ impl DevArgs {
     pub fn config(&self) -> DevConfig {
         DevConfig {
             runtime: self.runtime,
-            nodes: self.nodes,
-            cpu: self.node_cpu,
-            memory: self.node_memory,
-            zones: self.zones.clone(),
-            labels: self.labels.clone(),
+            nodes: self.shape.nodes,
+            cpu: self.shape.node_cpu,
+            memory: self.shape.node_memory,
+            zones: self.shape.zones.clone(),
+            labels: self.shape.labels.clone(),
             state_dir: self.state_dir.clone(),
             stop_grace: self.stop_grace,
         }
@@ -144,14 +132,14 @@ async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<E
     let mut cluster = DevCluster::start(args.config()).await?;
     println!(
         "cca dev: {} node{} ({} runtime; each with cpu {} and memory {}), state in {}",
-        args.nodes,
-        if args.nodes == 1 { "" } else { "s" },
+        args.shape.nodes,
+        if args.shape.nodes == 1 { "" } else { "s" },
         match args.runtime {
             RuntimeKind::Process => "process",
             RuntimeKind::Sim => "simulator",
         },
-        args.node_cpu,
-        args.node_memory,
+        args.shape.node_cpu,
+        args.shape.node_memory,
         cluster.state_dir().display()
     );
     if let Err(err) = cluster.wait_for_nodes(Duration::from_secs(10)).await {
@@ -343,6 +331,7 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ccattler_core::schema::{Cpu, Memory};
 
     #[test]
     fn flags_parse_into_a_cluster_config() {

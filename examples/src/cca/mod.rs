@@ -3,6 +3,7 @@
 //! | command | module | what it does |
 //! |---|---|---|
 //! | `cca dev FILE.cca` | [`dev`] | a whole cluster in one process: store, controllers, local agents; applies the file and shows it converge |
+//! | `cca chaos FILE.cca` | [`chaos`] | the seeded simulation of the cluster under random faults, seed after seed, with a replay command per failing seed |
 //! | `cca check FILE...` | [`check`] | validates files offline and prints every diagnostic |
 //! | `cca fmt FILE` | [`fmt`] | prints (or writes, or checks) the canonical format |
 //! | `cca completions SHELL` | [`completions`] | shell completions |
@@ -11,18 +12,20 @@
 //! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], [`sse`]) |
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
-//! status from the store's facts; [`flags`] parses the values `dev` and `agent` share.
+//! status from the store's facts; [`flags`] parses the values `dev` and `agent` share;
+//! [`shape`] holds the cluster shape flags of `dev` and `chaos`.
 //!
 //! # Exit codes
 //!
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (for `cca dev`: converged with `--until-converged`, or stopped by Ctrl-C) |
-//! | 1 | invalid input (diagnostics printed), an unformatted file under `fmt --check`, or a failure |
+//! | 1 | invalid input (diagnostics printed), an unformatted file under `fmt --check`, a `chaos` seed that failed, or a failure |
 //! | 2 | `cca dev --until-converged` timed out (the status is printed), or bad command-line usage |
 
 pub mod agent;
 pub mod api;
+pub mod chaos;
 pub mod check;
 pub mod client;
 pub mod cluster;
@@ -35,6 +38,7 @@ pub mod http_store;
 pub mod progress;
 pub mod remote;
 pub mod server;
+pub mod shape;
 pub mod sse;
 
 use std::io;
@@ -71,6 +75,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a whole cluster in this process, apply FILE and show it converge.
     Dev(dev::DevArgs),
+    /// Simulate the cluster running FILE under random faults, for many seeds.
+    Chaos(chaos::ChaosArgs),
     /// Validate .cca files offline and print every diagnostic.
     Check(check::CheckArgs),
     /// Print a .cca file in canonical format (or rewrite it, or check it).
@@ -153,6 +159,7 @@ pub fn run() -> ExitCode {
 pub fn execute(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Dev(args) => dev::run(&args),
+        Command::Chaos(args) => chaos::run(&args),
         Command::Check(args) => Ok(check::run(&args)),
         Command::Fmt(args) => fmt::run(&args),
         Command::Completions(args) => Ok(completions::run(&args)),

@@ -1,0 +1,242 @@
+//! `cca chaos FILE.cca`: the seeded simulation of a whole cluster under faults, for many seeds.
+//!
+//! # Expected flow
+//!
+//! 1. The file is checked first: with any error, every diagnostic is printed, nothing is
+//!    simulated and the exit code is 1.
+//! 2. Each seed (`--seed N` for one, else `--seeds N` of them from `--first-seed`, 100 by
+//!    default) runs the whole cluster in memory on virtual time: the standard controllers'
+//!    loops and one real agent loop per node (the shape flags of `cca dev`), the file applied
+//!    in the first second, faults (`--faults`, all eight kinds by default) firing during
+//!    `--duration` of virtual time, then up to `--settle` for the cluster to converge.
+//! 3. Progress goes to stderr while it runs. Then it prints how often each fault kind fired,
+//!    the time to converge after the faults stopped (p50, p99, max), and each failing seed with
+//!    what failed and the one-line command that replays it.
+//! 4. The exit code is 0 only if every seed converged; 1 otherwise. A file that cannot converge
+//!    (a requirement no node meets) fails every seed: it is never reported as a pass. A seed
+//!    that fails is never retried.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use ccattler_core::schema::format_duration;
+use ccattler_testkit::cluster::NodeSpec;
+use ccattler_testkit::sim::{Chaos, FaultRates, Keep, Simulation, SimulationBuilder, Summary};
+
+use super::check::check_file;
+use super::flags::parse_time;
+use super::shape::ShapeArgs;
+use super::{CliError, EXIT_FAILURE, read_source};
+
+/// Arguments of `cca chaos`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Simulate a whole cluster running FILE under random faults, seed after seed, \
+    on virtual time: the real controller loops and one real agent loop per node, in memory. \
+    Prints how often each fault fired, how long convergence took once the faults stopped, and \
+    every failing seed with the command that replays it. Exits 0 only if every seed converged."
+)]
+pub struct ChaosArgs {
+    /// The .cca file to apply.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Run this one seed only (and print the end of its trace if it fails).
+    #[arg(long, value_name = "N", conflicts_with = "seeds")]
+    pub seed: Option<u64>,
+    /// How many seeds to run.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub seeds: u64,
+    /// The first of the seeds run by --seeds.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub first_seed: u64,
+    /// Virtual time during which faults fire (`60s`, `5m`).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_time)]
+    pub duration: Duration,
+    /// How long the cluster has to converge after the last fault.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_time)]
+    pub settle: Duration,
+    /// The faults: kinds with optional rates (a chance per second, 0 to 1), such as
+    /// `node-crash,process-crash=0.2`, or `none`. Kinds: node-crash, network-delay,
+    /// process-crash, stale-observation, controller-restart, duplicate-events, lost-messages,
+    /// slow-storage. Default: all eight at their default rates.
+    #[arg(long, value_name = "KIND[=RATE],...", value_parser = parse_faults)]
+    pub faults: Option<FaultRates>,
+    /// The nodes' lease TTL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
+    pub lease_ttl: Duration,
+    /// Threads that run seeds side by side.
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
+    /// With --seed: write the seed's whole trace (every commit, delivery, fault and agent
+    /// action, stamped with virtual time) to this file.
+    #[arg(long, value_name = "FILE", requires = "seed")]
+    pub trace: Option<PathBuf>,
+    /// The simulated nodes: how many, their capacity, zones and labels.
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+}
+
+fn parse_faults(text: &str) -> Result<FaultRates, String> {
+    if text.trim() == "none" {
+        return Ok(FaultRates::none());
+    }
+    FaultRates::parse(text).map_err(|e| e.to_string())
+}
+
+impl ChaosArgs {
+    fn rates(&self) -> FaultRates {
+        self.faults.clone().unwrap_or_default()
+    }
+
+    /// The simulation these arguments describe, for `desired`.
+    fn builder(&self, desired: ccattler_controllers::apply::DesiredFacts) -> SimulationBuilder {
+        let mut builder = Simulation::builder(desired)
+            .faults(self.rates())
+            .duration(self.duration)
+            .settle(self.settle)
+            .lease_ttl(self.lease_ttl)
+            .keep(match (&self.trace, self.seed) {
+                (Some(_), _) => Keep::All,
+                (None, Some(_)) => Keep::Last(400),
+                (None, None) => Keep::Last(60),
+            });
+        for index in 0..self.shape.nodes as usize {
+            let mut node = NodeSpec::new(
+                format!("n{}", index + 1),
+                self.shape.node_cpu,
+                self.shape.node_memory,
+            );
+            if let Some(zone) = self.shape.zone(index) {
+                node = node.zone(zone);
+            }
+            for (key, value) in &self.shape.labels {
+                node = node.label(key, value);
+            }
+            builder = builder.node(node);
+        }
+        builder
+    }
+
+    /// The command line that replays `seed` with the same settings.
+    fn replay(&self, seed: u64) -> String {
+        let faults: Vec<String> = self
+            .rates()
+            .iter()
+            .map(|(kind, rate)| format!("{kind}={rate}"))
+            .collect();
+        let faults = if faults.is_empty() {
+            "none".to_owned()
+        } else {
+            faults.join(",")
+        };
+        format!(
+            "cca chaos {} --seed {seed} --duration {} --settle {} --lease-ttl {} --faults {faults} {}",
+            self.file.display(),
+            format_duration(self.duration),
+            format_duration(self.settle),
+            format_duration(self.lease_ttl),
+            self.shape.to_flags().join(" "),
+        )
+    }
+}
+
+/// Runs the seeds; see the [module docs](self).
+///
+/// # Errors
+///
+/// [`CliError::Read`] when the file cannot be read.
+pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
+    let file = read_source(&args.file)?;
+    let (compiled, diagnostics) = check_file(&file);
+    if !diagnostics.is_empty() {
+        eprint!("{diagnostics}");
+    }
+    let Some(compiled) = compiled else {
+        eprintln!("{}: has errors; nothing was simulated", file.name());
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    };
+    let builder = args.builder(compiled.to_facts());
+    if let (Some(path), Some(seed)) = (&args.trace, args.seed) {
+        let report = builder.clone().seed(seed).run();
+        std::fs::write(path, report.trace.to_string()).map_err(|source| CliError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        eprintln!(
+            "{} lines of trace written to {}",
+            report.trace.len(),
+            path.display()
+        );
+    }
+    let seeds: Vec<u64> = match args.seed {
+        Some(seed) => vec![seed],
+        None => (args.first_seed..args.first_seed.saturating_add(args.seeds)).collect(),
+    };
+    let total = seeds.len();
+    let started = Instant::now();
+    let terminal = std::io::stderr().is_terminal();
+    let summary = Chaos::new(builder, seeds)
+        .threads(args.threads as usize)
+        .run(|run, done| {
+            let verdict = if run.passed { "ok" } else { "FAILED" };
+            if terminal {
+                eprint!("\r{done}/{total} seeds (seed {} {verdict})   ", run.seed);
+            } else if !run.passed || done % 10 == 0 || done == total {
+                eprintln!("{done}/{total} seeds (seed {} {verdict})", run.seed);
+            }
+        });
+    if terminal {
+        eprintln!();
+    }
+    print!("{}", render(args, &summary, started.elapsed()));
+    Ok(if summary.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILURE)
+    })
+}
+
+/// The report: faults fired, convergence percentiles, failing seeds with their replay command.
+fn render(args: &ChaosArgs, summary: &Summary, took: Duration) -> String {
+    let mut out = String::new();
+    let runs = summary.runs.len();
+    let failed: Vec<_> = summary.failed().collect();
+    out.push_str(&format!(
+        "{runs} seeds x {} of virtual time, {} nodes, in {:.1}s: {} passed, {} failed\n",
+        format_duration(args.duration),
+        args.shape.nodes,
+        took.as_secs_f64(),
+        runs - failed.len(),
+        failed.len()
+    ));
+    out.push_str("faults fired:\n");
+    for (kind, count) in summary.fired() {
+        out.push_str(&format!("  {:<20} {count}\n", kind.name()));
+    }
+    let show = |p| {
+        summary
+            .convergence_percentile(p)
+            .map_or_else(|| "-".to_owned(), |d| format!("{:.1}s", d.as_secs_f64()))
+    };
+    out.push_str(&format!(
+        "time to converge after the last fault: p50 {}, p99 {}, max {}\n",
+        show(50),
+        show(99),
+        show(100)
+    ));
+    for run in failed {
+        out.push_str(&format!("\nseed {} FAILED\n", run.seed));
+        if let Some(explanation) = &run.explanation {
+            let lines: Vec<&str> = explanation.lines().collect();
+            let keep = if args.seed.is_some() { lines.len() } else { 6 };
+            for line in lines.iter().take(keep) {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        out.push_str(&format!("  replay: {}\n", args.replay(run.seed)));
+    }
+    out
+}
