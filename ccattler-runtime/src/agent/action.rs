@@ -98,6 +98,8 @@ pub enum Action {
         id: String,
         /// Time between the polite and the forced stop.
         grace: Duration,
+        /// Why it stops.
+        reason: StopReason,
     },
     /// Forget an ended instance. Report with [`done`](super::AgentLoop::done).
     Remove {
@@ -194,7 +196,9 @@ impl fmt::Display for Action {
             }
             Action::Observe => f.write_str("observe"),
             Action::EnsureRunning { spec } => write!(f, "ensure_running {}", spec.id),
-            Action::EnsureStopped { id, .. } => write!(f, "ensure_stopped {id}"),
+            Action::EnsureStopped { id, reason, .. } => {
+                write!(f, "ensure_stopped {id} ({})", reason.name())
+            }
             Action::Remove { id } => write!(f, "remove {id}"),
             Action::Probe { id, kind, .. } => write!(f, "probe {} {id}", kind.name()),
             Action::SaveCache { desired } => {
@@ -204,6 +208,32 @@ impl fmt::Display for Action {
                 write!(f, "disconnected, retry in {retry_in:?}: {reason}")
             }
             Action::RuntimeFailed { reason } => write!(f, "runtime: {reason}"),
+        }
+    }
+}
+
+/// Why the agent stops an instance. Only the first two come from the control plane; the agent
+/// stops nothing else, and never because the control plane cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// Its placement asks it to stop.
+    Asked,
+    /// No placement names it (checked only after a successful list of the placements).
+    Unplaced,
+    /// Its liveness probe failed: it stops so that its restart policy can restart it.
+    Liveness,
+    /// It is an init step that ran past its timeout.
+    InitTimeout,
+}
+
+impl StopReason {
+    /// The reason's name in the trace and the logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Asked => "asked",
+            StopReason::Unplaced => "unplaced",
+            StopReason::Liveness => "liveness failed",
+            StopReason::InitTimeout => "init step timed out",
         }
     }
 }

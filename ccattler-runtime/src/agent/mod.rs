@@ -35,7 +35,7 @@
 //! | `machine.rs` | [`AgentLoop`]: connection, lanes, inputs |
 //! | `plan.rs` | one pass decided: starts, init steps, restarts, stops, orphans, probes |
 //! | `report.rs` | the observations to write |
-//! | `action.rs` | [`Action`], [`Lane`], [`Listing`], [`Sample`] |
+//! | `action.rs` | [`Action`], [`Lane`], [`StopReason`], [`Listing`], [`Sample`] |
 //! | `perform.rs` | performing an action against a store or a runtime: [`Outcome`] |
 //! | `driver.rs` | [`NodeAgent::run`], the tokio driver |
 //! | `probe.rs` | [`ProbeState`] (thresholds) and [`probe::check`] (the I/O) |
@@ -55,7 +55,7 @@ pub mod probe;
 mod report;
 mod spec;
 
-pub use action::{Action, Lane, Listing, Sample};
+pub use action::{Action, Lane, Listing, Sample, StopReason};
 pub use cache::{Cache, Desired};
 pub use config::AgentConfig;
 pub use machine::{AgentLoop, AgentStats};

@@ -192,7 +192,7 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
                 Err(err) => Outcome::Done(Err(err)),
             }
         }
-        Action::EnsureStopped { id, grace } => {
+        Action::EnsureStopped { id, grace, .. } => {
             Outcome::Done(runtime.ensure_stopped(&id, grace).await)
         }
         Action::Remove { id } => Outcome::Done(runtime.remove(&id).await),

@@ -8,7 +8,7 @@ use ccattler_core::runner::Backoff;
 use ccattler_core::schema::{DesiredState, ServiceSpec};
 use ccattler_core::{InstanceState, ObservedInstance};
 
-use super::action::Action;
+use super::action::{Action, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::spec::{init_id, init_spec, instance_spec, restarts};
@@ -78,7 +78,7 @@ impl AgentLoop {
             let seen = self.observed.get(id).map(|s| &s.instance);
             if assignment.state == DesiredState::Stopped {
                 if seen.is_some_and(|o| !o.state.has_ended()) {
-                    self.queue.push_back(stop(id, grace));
+                    self.queue.push_back(stop(id, grace, StopReason::Asked));
                 }
                 continue;
             }
@@ -144,7 +144,11 @@ impl AgentLoop {
                     Some(_) => {
                         let step_started = *track.started.get_or_insert(now);
                         if now.saturating_sub(step_started) > spec.init[step].timeout {
-                            self.queue.push_back(stop(&step_id, Duration::ZERO));
+                            self.queue.push_back(stop(
+                                &step_id,
+                                Duration::ZERO,
+                                StopReason::InitTimeout,
+                            ));
                             track.fail(now, format!("init step {step} timed out"), &delays);
                         }
                     }
@@ -179,7 +183,8 @@ impl AgentLoop {
             if sample.instance.state.has_ended() {
                 self.queue.push_back(remove(id));
             } else {
-                self.queue.push_back(stop(id, self.config.stop_grace));
+                self.queue
+                    .push_back(stop(id, self.config.stop_grace, StopReason::Unplaced));
             }
         }
     }
@@ -219,7 +224,8 @@ impl AgentLoop {
                 // Reported unhealthy in the pass before: restart it now (the restart policy of
                 // the ended instance decides, as for a crash).
                 Some(at) if dead && now > at => {
-                    self.queue.push_back(stop(id, self.config.stop_grace));
+                    self.queue
+                        .push_back(stop(id, self.config.stop_grace, StopReason::Liveness));
                     track.probes = Default::default();
                     track.started = None;
                     track.condemned = None;
@@ -231,11 +237,12 @@ impl AgentLoop {
     }
 }
 
-fn stop(id: &str, grace: Duration) -> (Action, RuntimeOp) {
+fn stop(id: &str, grace: Duration, reason: StopReason) -> (Action, RuntimeOp) {
     (
         Action::EnsureStopped {
             id: id.to_owned(),
             grace,
+            reason,
         },
         RuntimeOp::Stop(id.to_owned()),
     )

@@ -82,6 +82,11 @@ impl SimulatorRuntime {
         Faults::new(Arc::clone(&self.table))
     }
 
+    /// The state of instance `id` now (the truth, even while observations are stale).
+    pub fn state(&self, id: &str) -> Option<InstanceState> {
+        self.table.lock().instances.get(id).map(|i| i.state.clone())
+    }
+
     /// The spec instance `id` was last started with, if the simulator knows it.
     pub fn spec(&self, id: &str) -> Option<InstanceSpec> {
         self.table.lock().instances.get(id).map(|i| i.spec.clone())

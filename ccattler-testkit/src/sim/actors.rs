@@ -10,13 +10,14 @@ use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure
 use ccattler_core::schema::ProbeCheck;
 use ccattler_core::{Controller, FactStore, RandomIds, ReconcileContext, StoreError, WatchEvent};
 use ccattler_runtime::agent::{
-    self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, Outcome,
+    self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, Outcome, StopReason,
 };
 use ccattler_runtime::simulator::SimulatorRuntime;
 use futures_util::FutureExt;
 use rand::Rng;
 
 use super::MakeController;
+use super::check::{self, Invariant};
 use super::world::{Input, Request, World};
 
 /// The wall-clock time virtual time zero stands for, as controllers see it.
@@ -291,17 +292,50 @@ impl World {
                 action if action.lane() == Lane::Store => {
                     self.send(actor, Request::Agent(action));
                 }
-                action => {
-                    let outcome = agent::perform::runtime_action(&n.runtime, action)
-                        .now_or_never()
-                        .flatten();
-                    let incarnation = n.incarnation;
-                    let delay = COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
-                    if let Some(outcome) = outcome {
-                        self.answer(actor, incarnation, delay, Input::Agent(outcome));
+                AgentAction::EnsureStopped { id, grace, reason } => {
+                    if matches!(reason, StopReason::Asked | StopReason::Unplaced)
+                        && let Err(detail) = check::stop_is_asked(&self.store, &n.name, &id)
+                    {
+                        let broken = (Invariant::NoStopForOutage, detail);
+                        self.violate(broken);
                     }
+                    let action = AgentAction::EnsureStopped { id, grace, reason };
+                    self.run_on_node(actor, action);
                 }
+                AgentAction::EnsureRunning { spec } => {
+                    let here = n.name.clone();
+                    let elsewhere = self.actors.iter().find_map(|other| match other {
+                        Actor::Node(o) if o.name != here && o.machine.is_some() => o
+                            .runtime
+                            .state(&spec.id)
+                            .filter(|s| !s.has_ended())
+                            .map(|_| o.name.clone()),
+                        _ => None,
+                    });
+                    if let Some(other) = elsewhere {
+                        let detail =
+                            format!("{} starts on {here} while it runs on {other}", spec.id);
+                        self.violate((Invariant::RunsOnce, detail));
+                    }
+                    self.run_on_node(actor, AgentAction::EnsureRunning { spec });
+                }
+                action => self.run_on_node(actor, action),
             }
+        }
+    }
+
+    /// Performs a runtime action on the node's simulator; its result returns in 1 to 5 ms.
+    fn run_on_node(&mut self, actor: usize, action: AgentAction) {
+        let Actor::Node(n) = &self.actors[actor] else {
+            return;
+        };
+        let outcome = agent::perform::runtime_action(&n.runtime, action)
+            .now_or_never()
+            .flatten();
+        let incarnation = n.incarnation;
+        let delay = COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
+        if let Some(outcome) = outcome {
+            self.answer(actor, incarnation, delay, Input::Agent(outcome));
         }
     }
 

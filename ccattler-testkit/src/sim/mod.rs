@@ -43,6 +43,8 @@
 //! - **Faults.** Drawn from [`FaultRates`] into a [`Schedule`] over
 //!   [`duration`](SimulationBuilder::duration); each kind's model is documented on
 //!   [`FaultKind`].
+//! - **Invariants.** After every step, as [`Invariant`]'s docs list them; the first one broken
+//!   stops the run and fails it, with the seed, the step and the trace's last lines.
 //! - **Convergence.** Once the last fault's effects end, the run goes on without faults for at
 //!   most [`settle`](SimulationBuilder::settle) (default 120 s: four resyncs, twelve default lease
 //!   TTLs) and passes when the store is converged
@@ -57,12 +59,14 @@
 //! | `actors.rs` | the drivers of the controller loops and agent loops |
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
+//! | `check.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`] |
 //! | `trace.rs` | [`Trace`] |
 //! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
 //! | `queue.rs` | the agenda |
 
 mod actors;
 mod chaos;
+mod check;
 mod faults;
 mod inject;
 mod net;
@@ -72,6 +76,7 @@ mod world;
 
 pub use actors::EPOCH;
 pub use chaos::{Chaos, Run, Summary};
+pub use check::{ENDPOINT_GRACE, EXCESS_GRACE, Invariant, Violation};
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use trace::{Keep, Trace};
 
@@ -330,7 +335,10 @@ impl Simulation {
         let deadline = quiet + self.settle;
         let mut next_check = quiet;
         let mut converged_at = None;
-        while self.world.now <= deadline && self.world.fatal.is_none() {
+        while self.world.now <= deadline
+            && self.world.fatal.is_none()
+            && self.world.violation.is_none()
+        {
             if self.world.step(next_check) {
                 continue;
             }
@@ -360,6 +368,7 @@ impl Simulation {
             converged_at,
             settle: self.settle,
             fatal: self.world.fatal.take(),
+            violation: self.world.violation.take(),
             steps: self.world.steps,
             schedule: self.schedule,
             trace: self.world.trace,
@@ -398,6 +407,8 @@ pub struct Report {
     pub settle: Duration,
     /// A controller that failed fatally.
     pub fatal: Option<String>,
+    /// The first invariant broken (the run stopped there).
+    pub violation: Option<Violation>,
     /// Events handled.
     pub steps: u64,
     /// The trace (as much as was kept).
@@ -407,9 +418,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether the run converged in time, with no fatal failure.
+    /// Whether the run converged in time, with no invariant broken and no fatal failure.
     pub fn passed(&self) -> bool {
-        self.converged_at.is_some() && self.fatal.is_none()
+        self.converged_at.is_some() && self.fatal.is_none() && self.violation.is_none()
     }
 
     /// How long convergence took after the faults stopped.
@@ -421,6 +432,11 @@ impl Report {
     /// A paragraph for a failed run: the seed, what failed, and the trace's last lines.
     pub fn explain(&self) -> String {
         let verdict = match (&self.fatal, self.converged_at) {
+            _ if self.violation.is_some() => self
+                .violation
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             (Some(fatal), _) => fatal.clone(),
             (None, None) => format!(
                 "not converged within {:?} after the last fault (at {:?})",

@@ -16,6 +16,7 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::actors::{Actor, ControllerActor, NodeActor};
+use super::check::{self, Checker, Invariant, Violation};
 use super::faults::{Fault, FaultKind, Schedule};
 use super::net::Subs;
 use super::queue::Agenda;
@@ -102,6 +103,9 @@ pub(crate) struct World {
     pub base_latency: (u64, u64),
     pub steps: u64,
     pub fatal: Option<String>,
+    pub checker: Checker,
+    /// The first invariant broken: the run stops there.
+    pub violation: Option<Violation>,
 }
 
 impl World {
@@ -110,6 +114,8 @@ impl World {
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
         World {
+            checker: Checker::new(&store),
+            violation: None,
             now: Duration::ZERO,
             rng,
             clock,
@@ -146,7 +152,29 @@ impl World {
         self.steps += 1;
         self.handle(event);
         self.pump();
+        let calm = self.fired.iter().all(|(_, n)| *n == 0);
+        if let Some(broken) = self.checker.after_step(self.now, calm) {
+            self.violate(broken);
+        }
         true
+    }
+
+    /// Records a broken invariant (the first one only: the run stops there).
+    pub(crate) fn violate(&mut self, (invariant, detail): (Invariant, String)) {
+        if self.violation.is_some() {
+            return;
+        }
+        self.trace.line(
+            self.now,
+            "check",
+            format!("invariant {invariant} broken: {detail}"),
+        );
+        self.violation = Some(Violation {
+            invariant,
+            at: self.now,
+            step: self.steps,
+            detail,
+        });
     }
 
     fn handle(&mut self, event: Event) {
@@ -275,6 +303,9 @@ impl World {
             match request {
                 Request::List(prefixes) => Input::Listed(self.list(&prefixes)),
                 Request::Commit(txn) => {
+                    if let Some(broken) = check::commit_writes(&name, &txn) {
+                        self.violate(broken);
+                    }
                     let result = ready(self.store.txn(txn));
                     self.trace_commit(&name, &result);
                     Input::Committed(result)
@@ -284,6 +315,12 @@ impl World {
                         Actor::Node(node) => (node.name.clone(), node.config.lease_ttl),
                         Actor::Controller(_) => return,
                     };
+                    if let AgentAction::Report { puts, deletes } = &action {
+                        let keys: Vec<_> = puts.iter().map(|(k, _)| k).chain(deletes).collect();
+                        if let Some(broken) = check::report_writes(&node, &keys) {
+                            self.violate(broken);
+                        }
+                    }
                     match agent::perform::store_action(&self.store, &node, ttl, action)
                         .now_or_never()
                         .flatten()
