@@ -6,7 +6,7 @@ use std::time::Duration;
 use ccattler_controllers::apply::DesiredFacts;
 use ccattler_controllers::lang::{self, SourceFile};
 use ccattler_core::schema::{Cpu, Memory};
-use ccattler_testkit::sim::{FaultRates, Keep, Simulation, SimulationBuilder};
+use ccattler_testkit::sim::{Chaos, FaultRates, Keep, Simulation, SimulationBuilder};
 
 const WEB: &str = "service web {\n  image nginx\n  instances 5\n  resources {\n    cpu 1\n    memory 256Mi\n  }\n}\n";
 
@@ -44,4 +44,34 @@ fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
     assert_eq!(a.trace.to_string(), b.trace.to_string(), "byte-identical");
     assert_eq!(a.trace.digest(), b.trace.digest());
     assert_ne!(a.trace.to_string(), c.trace.to_string());
+}
+
+/// CI's fixed slice of seeds: 5 nodes, 20 instances, every fault kind, 60 s of virtual time.
+/// `cca chaos examples/chaos.cca --nodes 5 --seeds 1000` runs the full thousand on demand.
+#[test]
+fn a_slice_of_three_hundred_seeds_converges_under_every_fault() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/chaos.cca"
+    ))
+    .expect("examples/chaos.cca");
+    let builder = Simulation::builder(desired(&text))
+        .nodes(5, Cpu::from_millis(2_000), Memory::from_bytes(2 << 30))
+        .faults(FaultRates::default());
+    let summary = Chaos::new(builder, 0..300).run(|_, _| {});
+    let failed: Vec<String> = summary
+        .failed()
+        .filter_map(|run| run.explanation.clone())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n\n")
+    );
+    let fired = summary.fired();
+    assert!(
+        fired.iter().all(|(_, n)| *n > 0),
+        "every kind fired: {fired:?}"
+    );
 }

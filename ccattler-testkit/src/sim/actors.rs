@@ -34,20 +34,28 @@ pub(crate) struct ControllerActor {
     pub config: LoopConfig,
     pub machine: ControllerLoop,
     pub ids: RandomIds,
+    pub max_changes: usize,
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
 }
 
 impl ControllerActor {
-    pub(crate) fn new(make: MakeController, config: LoopConfig, seed: u64) -> Self {
+    /// `max_changes`: the store's transaction op limit, as the tokio runner sets it.
+    pub(crate) fn new(
+        make: MakeController,
+        config: LoopConfig,
+        seed: u64,
+        max_changes: usize,
+    ) -> Self {
         let controller = make();
-        let machine = ControllerLoop::new(
+        let mut machine = ControllerLoop::new(
             controller.watches(),
             controller.write_domain(),
             config.clone(),
             seed,
         );
+        machine.set_max_changes(max_changes);
         ControllerActor {
             name: controller.name().to_owned(),
             make,
@@ -55,6 +63,7 @@ impl ControllerActor {
             config,
             machine,
             ids: RandomIds::seeded(seed),
+            max_changes,
             incarnation: 0,
             watch_generation: 0,
             wake: None,
@@ -70,6 +79,7 @@ impl ControllerActor {
             self.config.clone(),
             seed,
         );
+        self.machine.set_max_changes(self.max_changes);
         self.incarnation += 1;
         self.watch_generation += 1;
         self.wake = None;

@@ -5,6 +5,10 @@
 //! about a state the controllers correct as soon as they hear of it (too many instances running,
 //! an endpoint that lists an instance no longer ready) is broken only when the state lasts longer
 //! than its grace; the others are broken at once.
+//!
+//! Judging a service costs O(its instances). A service of up to 256 instances is judged after
+//! every step that touched it; a larger one at most every 100 ms of virtual time, so that a run
+//! of 10,000 instances stays affordable (a breach shorter than that can go unseen there).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -113,7 +117,17 @@ pub(crate) struct Checker {
     /// Per service: the version in force, and whether all its instances were ready in it.
     versions: BTreeMap<String, (String, bool)>,
     rollouts: BTreeMap<String, Rollout>,
+    /// When each large service was last judged.
+    judged: BTreeMap<String, Duration>,
+    /// Large services touched since they were last judged.
+    deferred: std::collections::BTreeSet<String>,
 }
+
+/// A service with more instances than this is large: see [`LARGE_EVERY`].
+const LARGE_SERVICE: usize = 256;
+
+/// How often a large service is judged at most.
+const LARGE_EVERY: Duration = Duration::from_millis(100);
 
 impl Checker {
     pub(crate) fn new(store: &MemoryStore) -> Self {
@@ -125,6 +139,8 @@ impl Checker {
             endpoint_since: BTreeMap::new(),
             versions: BTreeMap::new(),
             rollouts: BTreeMap::new(),
+            judged: BTreeMap::new(),
+            deferred: std::collections::BTreeSet::new(),
         }
     }
 
@@ -134,7 +150,7 @@ impl Checker {
         let Some(watch) = self.watch.as_mut() else {
             return Some((Invariant::SingleWriter, "the checker's watch failed".into()));
         };
-        let mut services = std::collections::BTreeSet::new();
+        let mut services = std::mem::take(&mut self.deferred);
         while let Some(Some(item)) = watch.next().now_or_never() {
             let event = match item {
                 Ok(event) => event,
@@ -160,6 +176,21 @@ impl Checker {
         services.extend(self.excess_since.keys().cloned());
         services.extend(self.endpoint_since.keys().cloned());
         for service in services {
+            // Judging costs O(instances of the service): a large one is judged at most every
+            // LARGE_EVERY of virtual time, and what touched it meanwhile waits for then.
+            let large = self
+                .cluster
+                .instances_of(&service)
+                .nth(LARGE_SERVICE)
+                .is_some();
+            if large {
+                let last = self.judged.get(&service).copied().unwrap_or_default();
+                if now < last + LARGE_EVERY && !last.is_zero() {
+                    self.deferred.insert(service);
+                    continue;
+                }
+                self.judged.insert(service.clone(), now);
+            }
             if let Some(broken) = self.judge(&service, now, calm) {
                 return Some(broken);
             }
@@ -201,16 +232,18 @@ impl Checker {
             self.excess_since.remove(service);
         }
 
-        let listed = self.endpoints.get(service).cloned().unwrap_or_default();
-        let bad: Vec<String> = listed
+        let serving: std::collections::HashSet<&str> = instances
+            .iter()
+            .filter(|i| i.node_alive && i.is_ready())
+            .filter_map(|i| i.report().and_then(|o| o.address.as_deref()))
+            .collect();
+        let bad: Vec<String> = self
+            .endpoints
+            .get(service)
             .into_iter()
-            .filter(|address| {
-                !instances.iter().any(|i| {
-                    i.node_alive
-                        && i.is_ready()
-                        && i.report().and_then(|o| o.address.as_deref()) == Some(address.as_str())
-                })
-            })
+            .flatten()
+            .filter(|address| !serving.contains(address.as_str()))
+            .cloned()
             .collect();
         if bad.is_empty() {
             self.endpoint_since.remove(service);

@@ -296,8 +296,13 @@ impl Simulation {
             ),
         );
         for make in &builder.controllers {
-            let actor =
-                ControllerActor::new(Arc::clone(make), builder.loop_config.clone(), rng.random());
+            let limit = ccattler_core::FactStore::limits(&world.store).max_txn_ops;
+            let actor = ControllerActor::new(
+                Arc::clone(make),
+                builder.loop_config.clone(),
+                rng.random(),
+                limit,
+            );
             let index = world.add_controller(actor);
             world.agenda.push(Duration::ZERO, Event::Wake(index));
         }

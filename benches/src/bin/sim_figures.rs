@@ -1,0 +1,92 @@
+//! Prints what the seeded simulation costs: many seeds of a small cluster under every fault,
+//! and one seed of a large cluster.
+//!
+//! `cargo run --release -p ccattler-benches --bin sim_figures [-- --seeds N] [--large-only]`
+//!
+//! - 1,000 seeds (or N) x 60 s of virtual time, 5 nodes, 20 instances, all eight fault kinds
+//!   at their default rates, on two threads: wall time, and the median time of one seed.
+//! - One seed of 1,000 nodes and 10,000 instances, 60 s of virtual time, all eight fault kinds:
+//!   wall time, events handled, and the resident memory of the process afterwards.
+
+use std::time::{Duration, Instant};
+
+use ccattler_benches::resident_bytes;
+use ccattler_controllers::apply::DesiredFacts;
+use ccattler_controllers::lang::{self, SourceFile};
+use ccattler_core::schema::{Cpu, Memory};
+use ccattler_testkit::sim::{Chaos, FaultRates, Simulation};
+
+fn desired(text: &str) -> Result<DesiredFacts, Box<dyn std::error::Error>> {
+    let file = SourceFile::new("figures.cca", text);
+    Ok(lang::check(&file).map_err(|d| d.to_string())?.to_facts())
+}
+
+fn document(web: u32, worker: u32) -> String {
+    format!(
+        "service web {{\n  image example/web:1\n  instances {web}\n  expose 8080 http\n  resources {{\n    cpu 250m\n    memory 128Mi\n  }}\n  readiness {{\n    http /\n    every 1s\n  }}\n}}\n\
+         service worker {{\n  image example/worker:1\n  instances {worker}\n  resources {{\n    cpu 100m\n    memory 64Mi\n  }}\n}}\n"
+    )
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seeds: u64 = match args.iter().position(|a| a == "--seeds") {
+        Some(i) => args.get(i + 1).ok_or("--seeds needs a number")?.parse()?,
+        None => 1_000,
+    };
+    if !args.iter().any(|a| a == "--large-only") {
+        let builder = Simulation::builder(desired(&document(12, 8))?)
+            .nodes(5, Cpu::from_millis(2_000), Memory::from_bytes(2 << 30))
+            .faults(FaultRates::default())
+            .duration(Duration::from_secs(60));
+        let started = Instant::now();
+        let times = std::sync::Mutex::new(Vec::new());
+        let summary = Chaos::new(builder.clone(), 0..seeds).run(|_, _| {});
+        let wall = started.elapsed();
+        // The time of one seed alone, on one thread, for the median.
+        for seed in 0..seeds.min(101) {
+            let one = Instant::now();
+            let _ = builder.clone().seed(seed).run();
+            if let Ok(mut times) = times.lock() {
+                times.push(one.elapsed());
+            }
+        }
+        let mut times = times.into_inner().unwrap_or_default();
+        times.sort();
+        let median = times.get(times.len() / 2).copied().unwrap_or_default();
+        println!(
+            "{seeds} seeds x 60 s, 5 nodes, 20 instances, all faults, 2 threads: {:.1} s wall \
+             ({} passed); one seed alone: median {:.1} ms",
+            wall.as_secs_f64(),
+            summary.runs.iter().filter(|r| r.passed).count(),
+            median.as_secs_f64() * 1e3
+        );
+    }
+    let before = resident_bytes().unwrap_or(0);
+    let started = Instant::now();
+    let report = Simulation::builder(desired(&document(6_000, 4_000))?)
+        .seed(1)
+        .nodes(1_000, Cpu::from_millis(8_000), Memory::from_bytes(16 << 30))
+        .faults(FaultRates::default())
+        .duration(Duration::from_secs(60))
+        .run();
+    let wall = started.elapsed();
+    let after = resident_bytes().unwrap_or(0);
+    println!(
+        "1 seed x 60 s, 1,000 nodes, 10,000 instances, all faults: {:.1} s wall, {} events, \
+         {} ({}), resident memory {:.0} MB (+{:.0} MB)",
+        wall.as_secs_f64(),
+        report.steps,
+        if report.passed() { "passed" } else { "FAILED" },
+        report.time_to_converge().map_or_else(
+            || "not converged".to_owned(),
+            |d| format!("converged {:.1} s after the faults", d.as_secs_f64())
+        ),
+        after as f64 / 1e6,
+        after.saturating_sub(before) as f64 / 1e6,
+    );
+    if !report.passed() {
+        println!("{}", report.explain());
+    }
+    Ok(())
+}
