@@ -216,6 +216,22 @@ impl Cluster {
             .collect()
     }
 
+    /// Whether most nodes look dead at once: fewer than half of the nodes known (those that hold
+    /// a lease, and those instances are placed on) hold their lease. With no node known, false.
+    ///
+    /// Nodes seldom fail together; the control plane losing sight of all of them (its own
+    /// outage outlived their leases, or a network split) is the likelier cause, and replacing
+    /// every instance then would double the workload the moment the nodes reconnect.
+    pub fn most_nodes_dead(&self) -> bool {
+        let dead = self
+            .by_node
+            .iter()
+            .filter(|(node, ids)| !ids.is_empty() && !self.alive.contains(*node))
+            .count();
+        let known = self.alive.len() + dead;
+        known > 0 && self.alive.len() * 2 < known
+    }
+
     /// Running instances without a placement, in id order (kept as an index: no scan).
     pub fn unplaced(&self) -> impl Iterator<Item = &Instance> + '_ {
         self.unplaced.iter().filter_map(|id| self.instances.get(id))

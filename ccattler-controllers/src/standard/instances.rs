@@ -28,6 +28,16 @@ use super::cluster::{Instance, Standing};
 ///   state, neither running nor ready, and a rollout does not count it as available.
 /// - A service with no effective record (deleted) has all its instances stopped.
 ///
+/// # When most nodes look dead at once
+///
+/// While fewer than half of the known nodes hold their lease ([`Cluster::most_nodes_dead`](super::Cluster::most_nodes_dead)),
+/// instances on dead nodes are not replaced: they count as present work, as if their nodes were
+/// alive. A control-plane outage longer than the lease TTL makes every node look dead at once;
+/// replacing everything then would start a second copy of every workload the moment the agents
+/// reconnect (within a third of their lease TTL). Replacement resumes as soon as half the
+/// nodes hold their lease again. The price: if more than half the nodes really fail together,
+/// their instances wait for them (or for the rest to register) instead of moving.
+///
 /// # Returning nodes
 ///
 /// A node that registers again keeps its old reports, stale until its agent writes them anew
@@ -129,6 +139,7 @@ impl Controller for InstanceController {
             let instances: Vec<&Instance> = cluster.instances_of(service).collect();
             let spec = cluster.services.get(service);
             let plan = ServicePlan {
+                hold_lost: cluster.most_nodes_dead(),
                 service,
                 restart: spec.map(|s| s.restart).unwrap_or_default(),
                 update: spec.map(|s| s.update).unwrap_or_default(),
@@ -149,6 +160,8 @@ impl Controller for InstanceController {
 }
 
 struct ServicePlan<'a> {
+    /// Most nodes look dead at once: their instances are held, not replaced.
+    hold_lost: bool,
     service: &'a str,
     restart: RestartPolicy,
     update: UpdatePolicy,
@@ -169,7 +182,10 @@ impl ServicePlan<'_> {
             .instances
             .iter()
             .partition(|i| i.desired.version == effective.version);
-        let standing = |i: &&Instance| i.standing(self.restart);
+        let standing = |i: &&Instance| match i.standing(self.restart) {
+            Standing::Lost if self.hold_lost => Standing::Active,
+            standing => standing,
+        };
 
         // Failed instances whose policy replaces them: stop them; the deficit replaces them.
         for instance in current

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
 use ccattler_core::schema::ProbeCheck;
-use ccattler_core::{Controller, FactStore, RandomIds, ReconcileContext, StoreError, WatchEvent};
+use ccattler_core::{Controller, RandomIds, ReconcileContext, StoreError, WatchEvent};
 use ccattler_runtime::agent::{
     self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, Outcome, StopReason,
 };
@@ -94,6 +94,8 @@ pub(crate) struct NodeActor {
     pub runtime: SimulatorRuntime,
     /// What the agent's cache file holds.
     pub disk: Desired,
+    /// Images whose network probes fail on this node (kept across a wipe).
+    pub failing_images: Vec<String>,
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
@@ -107,9 +109,17 @@ impl NodeActor {
             config,
             machine: None,
             disk: Desired::default(),
+            failing_images: Vec::new(),
             incarnation: 0,
             watch_generation: 0,
             wake: None,
+        }
+    }
+
+    /// Makes the runtime fail the probes of [`failing_images`](Self::failing_images).
+    pub(crate) fn apply_failing_images(&self) {
+        for image in &self.failing_images {
+            self.runtime.faults().fail_probes(image.clone());
         }
     }
 
@@ -209,14 +219,11 @@ impl World {
                     c.watch_generation += 1;
                     let generation = c.watch_generation;
                     for (prefix, from) in starts {
-                        match super::world::ready(self.store.watch(&prefix, from)) {
-                            Ok(stream) => {
-                                self.subs.open(actor, generation, stream);
-                            }
-                            Err(err) => {
+                        if let Err(err) = self.open_watch(actor, generation, &prefix, from) {
+                            if let Actor::Controller(c) = &mut self.actors[actor] {
                                 c.machine.watch_failed(err);
-                                break;
                             }
+                            break;
                         }
                     }
                 }
@@ -274,11 +281,11 @@ impl World {
                     self.subs.close_actor(actor);
                     n.watch_generation += 1;
                     let generation = n.watch_generation;
-                    match super::world::ready(self.store.watch(&prefix, from)) {
-                        Ok(stream) => {
-                            self.subs.open(actor, generation, stream);
-                        }
-                        Err(err) => machine.watch_failed(err),
+                    if let Err(err) = self.open_watch(actor, generation, &prefix, from)
+                        && let Actor::Node(n) = &mut self.actors[actor]
+                        && let Some(machine) = n.machine.as_mut()
+                    {
+                        machine.watch_failed(err);
                     }
                 }
                 AgentAction::SaveCache { desired } => n.disk = *desired,

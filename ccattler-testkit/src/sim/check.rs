@@ -4,7 +4,9 @@
 //! simulators' ground truth when an agent acts, some on each commit as it lands. An invariant
 //! about a state the controllers correct as soon as they hear of it (too many instances running,
 //! an endpoint that lists an instance no longer ready) is broken only when the state lasts longer
-//! than its grace; the others are broken at once.
+//! than its grace; the others are broken at once. While the control plane is unreachable (an
+//! outage the run scripts), nobody can correct the store, so the store is not judged, and
+//! grace periods start over when it is back.
 //!
 //! Judging a service costs O(its instances). A service of up to 256 instances is judged after
 //! every step that touched it; a larger one at most every 100 ms of virtual time, so that a run
@@ -146,7 +148,14 @@ impl Checker {
 
     /// Takes in what the store committed since the last call and judges the services it
     /// touched (and those inside a grace period). `calm`: no fault has struck yet.
-    pub(crate) fn after_step(&mut self, now: Duration, calm: bool) -> Option<(Invariant, String)> {
+    /// `reachable`: the control plane can be reached; while it cannot, nobody can correct the
+    /// store, so nothing is judged, and grace periods start over once it is back.
+    pub(crate) fn after_step(
+        &mut self,
+        now: Duration,
+        calm: bool,
+        reachable: bool,
+    ) -> Option<(Invariant, String)> {
         let Some(watch) = self.watch.as_mut() else {
             return Some((Invariant::SingleWriter, "the checker's watch failed".into()));
         };
@@ -173,6 +182,12 @@ impl Checker {
             self.cluster.apply(&event.fact.key, fact);
         }
         services.extend(self.cluster.take_touched());
+        if !reachable {
+            self.deferred = services;
+            self.excess_since.clear();
+            self.endpoint_since.clear();
+            return None;
+        }
         services.extend(self.excess_since.keys().cloned());
         services.extend(self.endpoint_since.keys().cloned());
         for service in services {

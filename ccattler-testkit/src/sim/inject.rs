@@ -133,6 +133,7 @@ impl World {
         };
         if wipe {
             node.runtime = SimulatorRuntime::on_host(node.config.address.clone());
+            node.apply_failing_images();
             node.disk = Desired::default();
         }
         node.boot(now);

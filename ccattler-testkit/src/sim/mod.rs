@@ -116,8 +116,11 @@ pub(crate) type MakeController = Arc<dyn Fn() -> Arc<dyn Controller> + Send + Sy
 #[must_use]
 pub struct SimulationBuilder {
     desired: DesiredFacts,
+    later: Vec<(Duration, DesiredFacts)>,
+    failing_images: Vec<String>,
+    outages: Vec<(Duration, Duration)>,
     seed: u64,
-    nodes: Vec<NodeSpec>,
+    nodes: Vec<(NodeSpec, Option<Duration>)>,
     controllers: Vec<MakeController>,
     faults: FaultRates,
     schedule: Option<Schedule>,
@@ -151,14 +154,42 @@ impl SimulationBuilder {
     pub fn nodes(mut self, count: usize, cpu: Cpu, memory: Memory) -> Self {
         let first = self.nodes.len() + 1;
         for i in first..first + count {
-            self.nodes.push(NodeSpec::new(format!("n{i}"), cpu, memory));
+            self.nodes
+                .push((NodeSpec::new(format!("n{i}"), cpu, memory), None));
         }
         self
     }
 
-    /// Adds one node.
+    /// Adds one node (it boots within the first two seconds).
     pub fn node(mut self, node: NodeSpec) -> Self {
-        self.nodes.push(node);
+        self.nodes.push((node, None));
+        self
+    }
+
+    /// Adds a node that boots at `at` (for one that joins after the apply).
+    pub fn late_node(mut self, node: NodeSpec, at: Duration) -> Self {
+        self.nodes.push((node, Some(at)));
+        self
+    }
+
+    /// Applies another document at `at` (a new version, a scale change).
+    pub fn then_apply(mut self, at: Duration, desired: DesiredFacts) -> Self {
+        self.later.push((at, desired));
+        self
+    }
+
+    /// Makes every network probe of instances of `image` fail, on every node: a build that runs
+    /// but never serves.
+    pub fn failing_probes(mut self, image: impl Into<String>) -> Self {
+        self.failing_images.push(image.into());
+        self
+    }
+
+    /// Makes the control plane unreachable from `at` for `length`: every request to the store
+    /// is refused and every watch breaks, while time (and the store's leases) goes on; when it
+    /// is back, every controller starts over, as a restarted server's would.
+    pub fn outage(mut self, at: Duration, length: Duration) -> Self {
+        self.outages.push((at, length));
         self
     }
 
@@ -229,6 +260,11 @@ impl SimulationBuilder {
     pub fn run(self) -> Report {
         Simulation::new(self).run()
     }
+
+    /// The simulation, ready to step with [`Simulation::run_until`].
+    pub fn build(self) -> Simulation {
+        Simulation::new(self)
+    }
 }
 
 /// Keeps the fault schedule's draws apart from the run's, so that adding a fault does not
@@ -240,7 +276,8 @@ pub struct Simulation {
     world: World,
     seed: u64,
     schedule: Schedule,
-    duration: Duration,
+    /// When the last fault, outage or scripted step is over.
+    quiet: Duration,
     settle: Duration,
 }
 
@@ -262,6 +299,9 @@ impl Simulation {
             .collect();
         SimulationBuilder {
             desired,
+            later: Vec::new(),
+            failing_images: Vec::new(),
+            outages: Vec::new(),
             seed: 0,
             nodes: Vec::new(),
             controllers,
@@ -279,11 +319,10 @@ impl Simulation {
         let schedule = builder.planned_schedule();
         let mut rng = SmallRng::seed_from_u64(builder.seed);
         let trace = Trace::new(builder.keep);
-        let mut world = World::new(
-            SmallRng::seed_from_u64(rng.random()),
-            trace,
-            builder.desired,
-        );
+        let documents = std::iter::once(builder.desired.clone())
+            .chain(builder.later.iter().map(|(_, d)| d.clone()))
+            .collect();
+        let mut world = World::new(SmallRng::seed_from_u64(rng.random()), trace, documents);
         world.trace.line(
             world.now,
             "sim",
@@ -295,8 +334,8 @@ impl Simulation {
                 schedule.faults.len()
             ),
         );
+        let limit = ccattler_core::FactStore::limits(&world.store).max_txn_ops;
         for make in &builder.controllers {
-            let limit = ccattler_core::FactStore::limits(&world.store).max_txn_ops;
             let actor = ControllerActor::new(
                 Arc::clone(make),
                 builder.loop_config.clone(),
@@ -306,7 +345,7 @@ impl Simulation {
             let index = world.add_controller(actor);
             world.agenda.push(Duration::ZERO, Event::Wake(index));
         }
-        for node in &builder.nodes {
+        for (node, boot) in &builder.nodes {
             let mut config = AgentConfig::new(node.name(), format!("/sim/{}", node.name()))
                 .lease_ttl(builder.lease_ttl);
             config.cpu = node.status.cpu;
@@ -316,29 +355,64 @@ impl Simulation {
             config.zone = node.status.zone.clone();
             config.architecture = node.status.architecture.clone();
             config.address = node.status.address.clone();
-            let index = world.add_node(NodeActor::new(config));
-            let boot = Duration::from_millis(rng.random_range(0..2_000));
-            world.agenda.push(boot, Event::Boot(index));
+            let mut actor = NodeActor::new(config);
+            actor.failing_images = builder.failing_images.clone();
+            actor.apply_failing_images();
+            let index = world.add_node(actor);
+            let at = boot.unwrap_or_else(|| Duration::from_millis(rng.random_range(0..2_000)));
+            world.agenda.push(at, Event::Boot(index));
         }
         world.agenda.push(
             Duration::from_millis(rng.random_range(0..1_000)),
-            Event::Apply,
+            Event::Apply(0),
         );
+        for (index, (at, _)) in builder.later.iter().enumerate() {
+            world.agenda.push(*at, Event::Apply(index + 1));
+        }
+        for (at, length) in &builder.outages {
+            world.agenda.push(*at, Event::Outage(*at + *length));
+        }
         world.schedule(&schedule);
+        let scripted = builder
+            .later
+            .iter()
+            .map(|(at, _)| *at)
+            .chain(builder.outages.iter().map(|(at, length)| *at + *length))
+            .chain(builder.nodes.iter().filter_map(|(_, boot)| *boot))
+            .max()
+            .unwrap_or_default();
+        let quiet = schedule.quiet_after().max(builder.duration).max(scripted);
         Simulation {
             world,
             seed: builder.seed,
             schedule,
-            duration: builder.duration,
+            quiet,
             settle: builder.settle,
+        }
+    }
+
+    /// The virtual time the simulation has reached.
+    pub fn now(&self) -> Duration {
+        self.world.now
+    }
+
+    /// The first invariant broken so far, if any.
+    pub fn violation(&self) -> Option<&Violation> {
+        self.world.violation.as_ref()
+    }
+
+    /// Handles every event due by `at` (or until an invariant breaks) and moves the clock there.
+    pub fn run_until(&mut self, at: Duration) {
+        while self.world.fatal.is_none() && self.world.violation.is_none() && self.world.step(at) {}
+        if self.world.violation.is_none() {
+            self.world.now = self.world.now.max(at);
         }
     }
 
     /// Runs until the cluster converged after the last fault, or the settle bound passed.
     pub fn run(mut self) -> Report {
-        let quiet = self.schedule.quiet_after().max(self.duration);
-        let deadline = quiet + self.settle;
-        let mut next_check = quiet;
+        let deadline = self.quiet + self.settle;
+        let mut next_check = self.quiet;
         let mut converged_at = None;
         while self.world.now <= deadline
             && self.world.fatal.is_none()
@@ -348,7 +422,7 @@ impl Simulation {
                 continue;
             }
             // Nothing is due before the next check: time jumps to it.
-            self.world.now = next_check;
+            self.world.now = self.world.now.max(next_check);
             if self.converged() {
                 converged_at = Some(next_check);
                 break;
@@ -369,7 +443,7 @@ impl Simulation {
             state,
             seed: self.seed,
             fired: self.world.fired.clone(),
-            quiet_after: quiet,
+            quiet_after: self.quiet,
             converged_at,
             settle: self.settle,
             fatal: self.world.fatal.take(),
@@ -385,7 +459,7 @@ impl Simulation {
     }
 
     /// The whole store now.
-    fn snapshot(&self) -> Option<Snapshot> {
+    pub fn snapshot(&self) -> Option<Snapshot> {
         let scan = world::ready(ccattler_core::FactStore::scan(&self.world.store, "")).ok()?;
         Some(Snapshot::new(FactView::from_facts(
             scan.revision,

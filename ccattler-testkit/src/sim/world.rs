@@ -64,8 +64,13 @@ pub(crate) enum Event {
         generation: u64,
         item: Option<Result<WatchEvent, StoreError>>,
     },
-    /// The user applies the document.
-    Apply,
+    /// The user applies a document (an index into the world's documents).
+    Apply(usize),
+    /// The control plane cannot be reached until the given time.
+    Outage(Duration),
+    /// The control plane is back after an outage: its controllers start over (a restarted
+    /// server lists at once).
+    ControlPlaneBack,
     /// A fault begins.
     Fault(Fault),
     /// A node's machine boots for the first time.
@@ -96,7 +101,10 @@ pub(crate) struct World {
     pub actors: Vec<Actor>,
     pub trace: Trace,
     pub windows: Vec<Window>,
-    pub desired: DesiredFacts,
+    /// The documents the user applies, in order.
+    pub documents: Vec<DesiredFacts>,
+    /// The control plane is unreachable until then.
+    pub outage_until: Duration,
     /// How often each fault kind fired.
     pub fired: Vec<(FaultKind, u64)>,
     /// Messages to and from the store take this long at least.
@@ -109,7 +117,7 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(rng: SmallRng, trace: Trace, desired: DesiredFacts) -> Self {
+    pub(crate) fn new(rng: SmallRng, trace: Trace, documents: Vec<DesiredFacts>) -> Self {
         let clock = ManualClock::new();
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
@@ -125,7 +133,8 @@ impl World {
             actors: Vec::new(),
             trace,
             windows: Vec::new(),
-            desired,
+            documents,
+            outage_until: Duration::ZERO,
             fired: FaultKind::ALL.iter().map(|k| (*k, 0)).collect(),
             base_latency: (1, 5),
             steps: 0,
@@ -152,8 +161,9 @@ impl World {
         self.steps += 1;
         self.handle(event);
         self.pump();
-        let calm = self.fired.iter().all(|(_, n)| *n == 0);
-        if let Some(broken) = self.checker.after_step(self.now, calm) {
+        let calm = self.fired.iter().all(|(_, n)| *n == 0) && self.outage_until.is_zero();
+        let reachable = self.now >= self.outage_until;
+        if let Some(broken) = self.checker.after_step(self.now, calm, reachable) {
             self.violate(broken);
         }
         true
@@ -208,7 +218,9 @@ impl World {
                     self.step_actor(actor);
                 }
             }
-            Event::Apply => self.apply(),
+            Event::Apply(index) => self.apply(index),
+            Event::Outage(until) => self.outage(until),
+            Event::ControlPlaneBack => self.control_plane_back(),
             Event::Fault(fault) => self.inject(fault),
             Event::Boot(node) => self.boot(node),
             Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
@@ -216,10 +228,13 @@ impl World {
         }
     }
 
-    fn apply(&mut self) {
+    fn apply(&mut self, index: usize) {
+        let Some(desired) = self.documents.get(index) else {
+            return;
+        };
         let result = ccattler_controllers::apply::apply(
             &self.store,
-            &self.desired,
+            desired,
             ccattler_controllers::apply::ApplyOptions::default(),
         )
         .now_or_never();
@@ -283,12 +298,65 @@ impl World {
         );
     }
 
-    /// A request reaches the store: executed now (or refused by slow storage), answered later.
+    /// The control plane goes away until `until`: every request is refused, every watch breaks.
+    fn outage(&mut self, until: Duration) {
+        self.outage_until = self.outage_until.max(until);
+        self.agenda.push(until, Event::ControlPlaneBack);
+        self.trace.line(
+            self.now,
+            "chaos",
+            format!("the control plane is unreachable until {until:?}"),
+        );
+        for actor in 0..self.actors.len() {
+            let Some(generation) = self.actors[actor].watch_generation() else {
+                continue;
+            };
+            self.subs.close_actor(actor);
+            self.agenda.push(
+                self.now,
+                Event::Deliver {
+                    actor,
+                    generation,
+                    item: Some(Err(StoreError::unavailable(
+                        "the control plane is unreachable",
+                    ))),
+                },
+            );
+        }
+    }
+
+    /// The outage is over: every controller starts over, as in a restarted server.
+    fn control_plane_back(&mut self) {
+        if self.now < self.outage_until {
+            return; // a longer outage overlaps this one
+        }
+        self.trace.line(
+            self.now,
+            "chaos",
+            "the control plane is back; its controllers restart",
+        );
+        for actor in 0..self.actors.len() {
+            let seed = self.rng.random();
+            if let Actor::Controller(c) = &mut self.actors[actor] {
+                c.restart(seed);
+                self.subs.close_actor(actor);
+                self.step_actor(actor);
+            }
+        }
+    }
+
+    /// A request reaches the store: executed now (or refused by slow storage or an outage),
+    /// answered later.
     fn execute(&mut self, actor: usize, incarnation: u64, request: Request) {
-        let refused = self.window(FaultKind::SlowStorage).is_some() && self.rng.random_bool(0.1);
+        let refused = self.now < self.outage_until
+            || (self.window(FaultKind::SlowStorage).is_some() && self.rng.random_bool(0.1));
         let name = self.actors[actor].name().to_owned();
         let input = if refused {
-            let error = StoreError::unavailable("the store is overloaded (simulated)");
+            let error = StoreError::unavailable(if self.now < self.outage_until {
+                "the control plane is unreachable (simulated)"
+            } else {
+                "the store is overloaded (simulated)"
+            });
             self.trace
                 .line(self.now, &name, "store request refused (slow storage)");
             match request {
@@ -349,6 +417,22 @@ impl World {
             Err(err) => format!("commit failed: {err}"),
         };
         self.trace.line(self.now, who, line);
+    }
+
+    /// Opens a watch of `actor` (it fails during an outage).
+    pub(crate) fn open_watch(
+        &mut self,
+        actor: usize,
+        generation: u64,
+        prefix: &str,
+        from: ccattler_core::Revision,
+    ) -> Result<(), StoreError> {
+        if self.now < self.outage_until {
+            return Err(StoreError::unavailable("the control plane is unreachable"));
+        }
+        let stream = ready(self.store.watch(prefix, from))?;
+        self.subs.open(actor, generation, stream);
+        Ok(())
     }
 
     /// Polls the woken watches and schedules their deliveries.
