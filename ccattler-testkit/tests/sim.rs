@@ -6,7 +6,9 @@ use std::time::Duration;
 use ccattler_controllers::apply::DesiredFacts;
 use ccattler_controllers::lang::{self, SourceFile};
 use ccattler_core::schema::{Cpu, Memory};
-use ccattler_testkit::sim::{Chaos, FaultRates, Keep, Simulation, SimulationBuilder};
+use ccattler_testkit::sim::{
+    Chaos, Fault, FaultKind, FaultRates, Invariant, Keep, Schedule, Simulation, SimulationBuilder,
+};
 
 const WEB: &str = "service web {\n  image nginx\n  instances 5\n  resources {\n    cpu 1\n    memory 256Mi\n  }\n}\n";
 
@@ -71,7 +73,76 @@ fn a_slice_of_three_hundred_seeds_converges_under_every_fault() {
     );
     let fired = summary.fired();
     assert!(
-        fired.iter().all(|(_, n)| *n > 0),
-        "every kind fired: {fired:?}"
+        fired
+            .iter()
+            .all(|(kind, n)| *n > 0 || *kind == FaultKind::LeaderLoss),
+        "every kind that can strike one runner fired: {fired:?}"
+    );
+}
+
+/// Three runner replicas under leader election, the leader paused again and again on top of
+/// every other fault: the fence keeps every deposed leader's commit out.
+#[test]
+fn replicas_fail_over_and_no_deposed_leader_write_lands() {
+    let builder = two_nodes(0)
+        .replicas(3)
+        .lease_ttl(Duration::from_secs(3))
+        .faults(FaultRates::default().with(FaultKind::LeaderLoss, 0.1));
+    let summary = Chaos::new(builder, 0..30).run(|_, _| {});
+    let failed: Vec<String> = summary
+        .failed()
+        .filter_map(|r| r.explanation.clone())
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    let losses = summary
+        .fired()
+        .into_iter()
+        .find(|(k, _)| *k == FaultKind::LeaderLoss)
+        .map_or(0, |(_, n)| n);
+    assert!(losses >= 10, "leaders were paused: {losses}");
+}
+
+/// Without the fence, a leader paused between a reconcile and its commit wakes deposed and
+/// writes from its stale view: the simulation must say so. The pause is tried at each
+/// millisecond after an apply, so that some land between a reconcile and its commit. (A runner
+/// built unfenced exists only here, to prove the check.)
+#[test]
+fn an_unfenced_deposed_leader_is_caught_writing() {
+    let run = |pause_at: Duration, unfenced: bool| {
+        let mut builder = two_nodes(4)
+            .replicas(2)
+            .lease_ttl(Duration::from_secs(3))
+            .then_apply(
+                Duration::from_secs(5),
+                desired(&WEB.replace("image nginx", "image nginx:2")),
+            )
+            .schedule(Schedule {
+                faults: vec![Fault {
+                    at: pause_at,
+                    kind: FaultKind::LeaderLoss,
+                    target: 0,
+                    length: Duration::from_secs(10),
+                    wipe: false,
+                }],
+            });
+        if unfenced {
+            builder = builder.unfenced();
+        }
+        builder.run()
+    };
+    let mut caught = Vec::new();
+    for ms in 5_001..5_060 {
+        let at = Duration::from_millis(ms);
+        let fenced = run(at, false);
+        assert!(fenced.passed(), "pause at {at:?}: {}", fenced.explain());
+        if let Some(violation) = run(at, true).violation {
+            assert_eq!(violation.invariant, Invariant::DeposedWrite, "{violation}");
+            assert!(violation.detail.contains("while runner-"), "{violation}");
+            caught.push(ms);
+        }
+    }
+    assert!(
+        !caught.is_empty(),
+        "no pause let an unfenced deposed leader write"
     );
 }

@@ -35,6 +35,8 @@ pub(crate) struct ControllerActor {
     pub machine: ControllerLoop,
     pub ids: RandomIds,
     pub max_changes: usize,
+    /// Whether it runs: always with one runner; only on the leading replica with several.
+    pub active: bool,
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
@@ -64,6 +66,7 @@ impl ControllerActor {
             machine,
             ids: RandomIds::seeded(seed),
             max_changes,
+            active: true,
             incarnation: 0,
             watch_generation: 0,
             wake: None,
@@ -185,6 +188,7 @@ impl World {
     fn schedule_wake(&mut self, actor: usize) {
         let now = self.now;
         let (deadline, wake) = match &mut self.actors[actor] {
+            Actor::Controller(c) if !c.active => return,
             Actor::Controller(c) => (c.machine.deadline(), &mut c.wake),
             Actor::Node(n) => match n.machine.as_ref() {
                 Some(machine) => (machine.deadline(), &mut n.wake),
@@ -203,11 +207,22 @@ impl World {
     }
 
     fn step_controller(&mut self, actor: usize) {
+        // A leader's commits carry its fence (unless it was built unfenced, to prove the
+        // checker catches a deposed leader's write).
+        let fence = self
+            .replicas
+            .iter()
+            .find(|r| r.controllers.contains(&actor))
+            .filter(|r| r.fenced)
+            .and_then(|r| r.fence());
         loop {
             let now = self.now;
             let Actor::Controller(c) = &mut self.actors[actor] else {
                 return;
             };
+            if !c.active {
+                return;
+            }
             c.machine.tick(now);
             let Some(action) = c.machine.next_action() else {
                 return;
@@ -242,7 +257,10 @@ impl World {
                     let incarnation = c.incarnation;
                     self.answer(actor, incarnation, COMPUTE, Input::Reconciled(result));
                 }
-                Action::Commit { txn } => self.send(actor, Request::Commit(txn)),
+                Action::Commit { mut txn } => {
+                    txn.compares.extend(fence.clone());
+                    self.send(actor, Request::Commit(txn));
+                }
                 Action::Failed { reason, retry_in } => {
                     let name = c.name.clone();
                     self.trace.line(

@@ -52,6 +52,9 @@ pub enum Invariant {
     /// No desired fact (services, volumes, network policy) is written by anyone but the
     /// user's apply, and no agent writes outside its node's keys.
     SingleWriter,
+    /// No commit of a runner replica lands while another replica holds the leadership (the
+    /// fence on every leader's commit makes a deposed leader's commits fail).
+    DeposedWrite,
     /// No workload is stopped unless the control plane asked for it (its placement says stop,
     /// or is gone), or its own liveness probe or init timeout did: never because the control
     /// plane was unreachable.
@@ -68,6 +71,7 @@ impl Invariant {
             Invariant::RunsOnce => "runs-once",
             Invariant::SingleWriter => "single-writer",
             Invariant::NoStopForOutage => "no-stop-for-outage",
+            Invariant::DeposedWrite => "deposed-write",
         }
     }
 }

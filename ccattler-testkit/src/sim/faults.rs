@@ -37,11 +37,15 @@ pub enum FaultKind {
     /// For 1 to 10 s, every store request takes 50 to 500 ms more and one in ten fails with a
     /// transient error before it reaches the store.
     SlowStorage,
+    /// With runner replicas: the leading replica freezes for 2 to 30 s (a long pause), while
+    /// what it sent before goes on; another replica may take over, and the frozen one wakes
+    /// believing it still leads. Strikes nothing with a single runner.
+    LeaderLoss,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::NodeCrash,
         FaultKind::NetworkDelay,
         FaultKind::ProcessCrash,
@@ -50,6 +54,7 @@ impl FaultKind {
         FaultKind::DuplicateEvents,
         FaultKind::LostMessages,
         FaultKind::SlowStorage,
+        FaultKind::LeaderLoss,
     ];
 
     /// The kind's name on the command line and in reports.
@@ -63,6 +68,7 @@ impl FaultKind {
             FaultKind::DuplicateEvents => "duplicate-events",
             FaultKind::LostMessages => "lost-messages",
             FaultKind::SlowStorage => "slow-storage",
+            FaultKind::LeaderLoss => "leader-loss",
         }
     }
 
@@ -126,7 +132,7 @@ pub struct FaultRates {
 }
 
 impl Default for FaultRates {
-    /// All eight kinds at their default rates.
+    /// Every kind at its default rate.
     fn default() -> Self {
         FaultRates {
             rates: FaultKind::ALL
@@ -229,6 +235,7 @@ impl Fault {
             |lo: u64, hi: u64, rng: &mut SmallRng| Duration::from_millis(rng.random_range(lo..=hi));
         let length = match kind {
             FaultKind::NodeCrash => ms(500, 30_000, rng),
+            FaultKind::LeaderLoss => ms(2_000, 30_000, rng),
             FaultKind::StaleObservation => ms(1_000, 5_000, rng),
             FaultKind::ProcessCrash | FaultKind::ControllerRestart => Duration::ZERO,
             _ => ms(1_000, 10_000, rng),

@@ -61,6 +61,18 @@ impl World {
                 });
                 target.map(|i| self.actors[i].name().to_owned())
             }
+            FaultKind::LeaderLoss => {
+                let leader = self.replicas.iter().position(|r| r.term().is_some());
+                match leader {
+                    Some(index) => {
+                        let replica = &mut self.replicas[index];
+                        replica.paused_until = replica.paused_until.max(fault.end());
+                        self.agenda.push(fault.end(), Event::ReplicaWake(index));
+                        Some(replica.name.clone())
+                    }
+                    None => None,
+                }
+            }
             FaultKind::DuplicateEvents | FaultKind::SlowStorage => {
                 self.windows.push(Window {
                     kind: fault.kind,

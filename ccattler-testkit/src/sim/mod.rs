@@ -59,6 +59,7 @@
 //! | `actors.rs` | the drivers of the controller loops and agent loops |
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
+//! | `replicas.rs` | runner replicas under leader election, their fences, a paused leader |
 //! | `check.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`] |
 //! | `trace.rs` | [`Trace`] |
 //! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
@@ -71,6 +72,7 @@ mod faults;
 mod inject;
 mod net;
 mod queue;
+mod replicas;
 mod trace;
 mod world;
 
@@ -78,6 +80,7 @@ pub use actors::EPOCH;
 pub use chaos::{Chaos, Run, Summary};
 pub use check::{ENDPOINT_GRACE, EXCESS_GRACE, Invariant, Violation};
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
+pub use replicas::LEADER_KEY;
 pub use trace::{Keep, Trace};
 
 use std::sync::Arc;
@@ -119,6 +122,8 @@ pub struct SimulationBuilder {
     later: Vec<(Duration, DesiredFacts)>,
     failing_images: Vec<String>,
     outages: Vec<(Duration, Duration)>,
+    replicas: usize,
+    fenced: bool,
     seed: u64,
     nodes: Vec<(NodeSpec, Option<Duration>)>,
     controllers: Vec<MakeController>,
@@ -256,6 +261,21 @@ impl SimulationBuilder {
         }
     }
 
+    /// Runs `count` runner replicas under leader election (the leader key is [`LEADER_KEY`],
+    /// the lease TTL that of the nodes); only the leader's controllers run. One (the default)
+    /// runs a single runner that always leads.
+    pub fn replicas(mut self, count: usize) -> Self {
+        self.replicas = count.max(1);
+        self
+    }
+
+    /// Leaves the leader's fence off its commits. Only for proving that the checker catches a
+    /// deposed leader's write ([`Invariant::DeposedWrite`]); a real runner always fences.
+    pub fn unfenced(mut self) -> Self {
+        self.fenced = false;
+        self
+    }
+
     /// Runs the simulation to its end.
     pub fn run(self) -> Report {
         Simulation::new(self).run()
@@ -302,6 +322,8 @@ impl Simulation {
             later: Vec::new(),
             failing_images: Vec::new(),
             outages: Vec::new(),
+            replicas: 1,
+            fenced: true,
             seed: 0,
             nodes: Vec::new(),
             controllers,
@@ -335,15 +357,36 @@ impl Simulation {
             ),
         );
         let limit = ccattler_core::FactStore::limits(&world.store).max_txn_ops;
-        for make in &builder.controllers {
-            let actor = ControllerActor::new(
-                Arc::clone(make),
-                builder.loop_config.clone(),
-                rng.random(),
-                limit,
-            );
-            let index = world.add_controller(actor);
-            world.agenda.push(Duration::ZERO, Event::Wake(index));
+        let elected = builder.replicas > 1;
+        for r in 0..builder.replicas {
+            let mut controllers = Vec::new();
+            for make in &builder.controllers {
+                let mut actor = ControllerActor::new(
+                    Arc::clone(make),
+                    builder.loop_config.clone(),
+                    rng.random(),
+                    limit,
+                );
+                if elected {
+                    actor.name = format!("runner-{}/{}", r + 1, actor.name);
+                    actor.active = false;
+                }
+                let index = world.add_controller(actor);
+                controllers.push(index);
+                world.agenda.push(Duration::ZERO, Event::Wake(index));
+            }
+            if elected {
+                let campaign = Duration::from_millis(rng.random_range(0..100));
+                world.replicas.push(replicas::Replica {
+                    name: format!("runner-{}", r + 1),
+                    standing: replicas::Standing::Candidate(campaign),
+                    controllers,
+                    fenced: builder.fenced,
+                    paused_until: Duration::ZERO,
+                    ttl: builder.lease_ttl,
+                });
+                world.agenda.push(campaign, Event::ReplicaWake(r));
+            }
         }
         for (node, boot) in &builder.nodes {
             let mut config = AgentConfig::new(node.name(), format!("/sim/{}", node.name()))

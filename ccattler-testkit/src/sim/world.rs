@@ -20,6 +20,7 @@ use super::check::{self, Checker, Invariant, Violation};
 use super::faults::{Fault, FaultKind, Schedule};
 use super::net::Subs;
 use super::queue::Agenda;
+use super::replicas::{ElectionAnswer, Replica};
 use super::trace::Trace;
 
 /// A request on its way to the store.
@@ -79,6 +80,14 @@ pub(crate) enum Event {
     NodeReturns { node: usize, wipe: bool },
     /// A node's runtime tells the truth again after a stale observation.
     FreshObservation(usize),
+    /// A replica's election deadline.
+    ReplicaWake(usize),
+    /// A replica's campaign reaches the store.
+    Campaign(usize),
+    /// A leader's renewal reaches the store.
+    Renew(usize, ccattler_core::LeaseId),
+    /// An election answer reaches its replica.
+    Elected(usize, ElectionAnswer),
 }
 
 /// A window during which a fault is in force.
@@ -112,6 +121,8 @@ pub(crate) struct World {
     pub steps: u64,
     pub fatal: Option<String>,
     pub checker: Checker,
+    /// Runner replicas under election (empty: one runner that always leads).
+    pub replicas: Vec<Replica>,
     /// The first invariant broken: the run stops there.
     pub violation: Option<Violation>,
 }
@@ -123,6 +134,7 @@ impl World {
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
         World {
             checker: Checker::new(&store),
+            replicas: Vec::new(),
             violation: None,
             now: Duration::ZERO,
             rng,
@@ -187,7 +199,26 @@ impl World {
         });
     }
 
+    /// The controller actor or replica an event is for, when it belongs to a paused replica:
+    /// the time it must wait until.
+    fn held_until(&self, event: &Event) -> Option<Duration> {
+        match event {
+            Event::Wake(actor) | Event::Input { actor, .. } | Event::Deliver { actor, .. } => {
+                self.paused(*actor)
+            }
+            Event::ReplicaWake(index) | Event::Elected(index, _) => {
+                let until = self.replicas.get(*index)?.paused_until;
+                (self.now < until).then_some(until)
+            }
+            _ => None,
+        }
+    }
+
     fn handle(&mut self, event: Event) {
+        if let Some(until) = self.held_until(&event) {
+            self.agenda.push(until, event);
+            return;
+        }
         match event {
             Event::Wake(actor) => {
                 self.actors[actor].clear_wake();
@@ -225,6 +256,10 @@ impl World {
             Event::Boot(node) => self.boot(node),
             Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
             Event::FreshObservation(node) => self.fresh_observation(node),
+            Event::ReplicaWake(index) => self.step_replica(index),
+            Event::Campaign(index) => self.campaign(index),
+            Event::Renew(index, lease) => self.renew(index, lease),
+            Event::Elected(index, answer) => self.elected(index, answer),
         }
     }
 
@@ -376,6 +411,12 @@ impl World {
                     }
                     let result = ready(self.store.txn(txn));
                     self.trace_commit(&name, &result);
+                    if let Ok(response) = &result
+                        && response.succeeded
+                        && let Some(detail) = self.deposed_write(actor, response.revision)
+                    {
+                        self.violate((Invariant::DeposedWrite, detail));
+                    }
                     Input::Committed(result)
                 }
                 Request::Agent(action) => {

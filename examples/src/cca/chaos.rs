@@ -6,8 +6,9 @@
 //!    simulated and the exit code is 1.
 //! 2. Each seed (`--seed N` for one, else `--seeds N` of them from `--first-seed`, 100 by
 //!    default) runs the whole cluster in memory on virtual time: the standard controllers'
-//!    loops and one real agent loop per node (the shape flags of `cca dev`), the file applied
-//!    in the first second, faults (`--faults`, all eight kinds by default) firing during
+//!    loops (of the leader among `--replicas`) and one real agent loop per node (the shape
+//!    flags of `cca dev`), the file applied
+//!    in the first second, faults (`--faults`, every kind by default) firing during
 //!    `--duration` of virtual time, then up to `--settle` for the cluster to converge.
 //! 3. Progress goes to stderr while it runs. Then it prints how often each fault kind fired,
 //!    the time to converge after the faults stopped (p50, p99, max), and each failing seed with
@@ -60,10 +61,16 @@ pub struct ChaosArgs {
     /// The faults: kinds with optional rates (a chance per second, 0 to 1), such as
     /// `node-crash,process-crash=0.2`, or `none`. Kinds: node-crash, network-delay,
     /// process-crash, stale-observation, controller-restart, duplicate-events, lost-messages,
-    /// slow-storage. Default: all eight at their default rates.
+    /// slow-storage, and leader-loss (which strikes only with --replicas 2 or more). Default:
+    /// every kind at its default rate.
     #[arg(long, value_name = "KIND[=RATE],...", value_parser = parse_faults)]
     pub faults: Option<FaultRates>,
-    /// The nodes' lease TTL.
+    /// Runner replicas under leader election (only the leader's controllers run; with 2 or
+    /// more, the leader-loss fault pauses the leader).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub replicas: u32,
+    /// The nodes' lease TTL (and the replicas' leader lease TTL).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
     pub lease_ttl: Duration,
     /// Threads that run seeds side by side.
@@ -98,6 +105,7 @@ impl ChaosArgs {
             .duration(self.duration)
             .settle(self.settle)
             .lease_ttl(self.lease_ttl)
+            .replicas(self.replicas as usize)
             .keep(match (&self.trace, self.seed) {
                 (Some(_), _) => Keep::All,
                 (None, Some(_)) => Keep::Last(400),
@@ -133,11 +141,12 @@ impl ChaosArgs {
             faults.join(",")
         };
         format!(
-            "cca chaos {} --seed {seed} --duration {} --settle {} --lease-ttl {} --faults {faults} {}",
+            "cca chaos {} --seed {seed} --duration {} --settle {} --lease-ttl {} --replicas {} --faults {faults} {}",
             self.file.display(),
             format_duration(self.duration),
             format_duration(self.settle),
             format_duration(self.lease_ttl),
+            self.replicas,
             self.shape.to_flags().join(" "),
         )
     }
