@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ccattler_core::schema::{self, Assignment, ServiceSpec};
-use ccattler_core::{EventKind, Fact, Key, LeaseId, RuntimeError, StoreError, Value, WatchEvent};
+use ccattler_core::schema::{self, Assignment};
+use ccattler_core::{Key, LeaseId, Value};
 
-use super::action::{Action, Listing, Sample};
+use super::action::{Action, Sample};
 use super::cache::Desired;
 use super::config::AgentConfig;
 use super::plan::Track;
@@ -32,7 +32,7 @@ pub struct AgentStats {
 
 /// Where the agent stands with the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Link {
+pub(super) enum Link {
     /// Not connected; register at `retry_at`.
     Down { retry_at: Duration },
     /// A registration is in flight.
@@ -50,7 +50,7 @@ enum Link {
 
 /// The store action in flight, to match its result.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum StoreOp {
+pub(super) enum StoreOp {
     Register,
     List,
     FetchSpec(String),
@@ -130,22 +130,22 @@ pub struct AgentLoop {
     pub(super) desired: Desired,
     /// Whether the placements were listed from the store since the loop was made.
     pub(super) synced: bool,
-    link: Link,
-    failures: u32,
-    store_busy: Option<StoreOp>,
-    runtime_busy: Option<RuntimeOp>,
+    pub(super) link: Link,
+    pub(super) failures: u32,
+    pub(super) store_busy: Option<StoreOp>,
+    pub(super) runtime_busy: Option<RuntimeOp>,
     pub(super) queue: VecDeque<(Action, RuntimeOp)>,
     /// Observe again to report once the queue drains.
-    report_after_queue: bool,
+    pub(super) report_after_queue: bool,
     pub(super) observed: BTreeMap<String, Sample>,
     pub(super) tracks: BTreeMap<String, Track>,
     /// Observation values as the store holds them (as far as the loop knows), by instance id.
     pub(super) reported: BTreeMap<String, Value>,
-    report_wanted: bool,
-    pass_wanted: bool,
-    next_pass: Duration,
-    spec_fetches: BTreeSet<String>,
-    secret_fetches: BTreeSet<String>,
+    pub(super) report_wanted: bool,
+    pub(super) pass_wanted: bool,
+    pub(super) next_pass: Duration,
+    pub(super) spec_fetches: BTreeSet<String>,
+    pub(super) secret_fetches: BTreeSet<String>,
     /// Versions a placement names that the store no longer holds.
     pub(super) unavailable: BTreeSet<(String, String)>,
     pub(super) outbox: VecDeque<Action>,
@@ -344,317 +344,8 @@ impl AgentLoop {
         None
     }
 
-    /// The result of [`Action::Register`]: the lease the node now holds.
-    pub fn registered(&mut self, result: Result<LeaseId, StoreError>) {
-        if !self.store_done(|op| *op == StoreOp::Register) || self.link != Link::Registering {
-            return;
-        }
-        match result {
-            Ok(lease) => {
-                self.stats.registrations += 1;
-                self.desired.lease = Some(lease.0);
-                self.save_cache();
-                self.link = Link::Listing { lease };
-                self.store_busy = Some(StoreOp::List);
-                let list = self.list_action();
-                self.outbox.push_back(list);
-            }
-            Err(err) => self.disconnect(format!("registering failed: {err}")),
-        }
-    }
-
-    /// The result of [`Action::List`]. Replaces the cached placements by the store's, learns
-    /// what the store holds of this node's observations, and asks to watch from just after.
-    pub fn listed(&mut self, result: Result<Listing, StoreError>) {
-        if !self.store_done(|op| *op == StoreOp::List) {
-            return;
-        }
-        let Link::Listing { lease } = self.link else {
-            return;
-        };
-        let listing = match result {
-            Ok(listing) => listing,
-            Err(err) => return self.disconnect(format!("listing placements failed: {err}")),
-        };
-        self.failures = 0;
-        self.synced = true;
-        self.desired.placements = listing
-            .placements
-            .facts
-            .iter()
-            .filter_map(|fact| schema::decode::<Assignment>(fact).ok())
-            .map(|a| (a.instance.clone(), a))
-            .collect();
-        let prefix = format!("{}{}/", schema::OBSERVED_INSTANCES, self.config.node);
-        self.reported = listing
-            .observations
-            .facts
-            .into_iter()
-            .filter_map(|fact| {
-                let id = fact.key.strip_prefix(&prefix)?.to_owned();
-                Some((id, fact.value))
-            })
-            .collect();
-        self.outbox.push_back(Action::Watch {
-            prefix: format!("{}{}/", schema::PLACEMENTS, self.config.node),
-            from: listing.placements.revision.next(),
-        });
-        let renew_at = match self.link {
-            Link::Live { renew_at, .. } => renew_at,
-            _ => self.now.saturating_add(self.config.lease_ttl / 3),
-        };
-        self.link = Link::Live {
-            lease,
-            renew_at,
-            resync_at: self.now.saturating_add(self.config.resync_interval),
-        };
-        self.unavailable.clear();
-        let placed: Vec<Assignment> = self.desired.placements.values().cloned().collect();
-        for assignment in &placed {
-            self.want(assignment);
-        }
-        self.placements_changed();
-    }
-
-    /// A placement watch event arrived. Call it for every event available before asking for the
-    /// next action.
-    pub fn event(&mut self, event: WatchEvent) {
-        if !self.is_connected() {
-            return; // the next list supersedes it
-        }
-        match event.kind {
-            EventKind::Put => {
-                let Ok(assignment) = schema::decode::<Assignment>(&event.fact) else {
-                    return; // not an assignment: the scheduler's to fix, nothing to run
-                };
-                self.want(&assignment);
-                self.desired
-                    .placements
-                    .insert(assignment.instance.clone(), assignment);
-            }
-            EventKind::Delete => {
-                let prefix = format!("{}{}/", schema::PLACEMENTS, self.config.node);
-                if let Some(id) = event.fact.key.strip_prefix(&prefix) {
-                    self.desired.placements.remove(id);
-                }
-            }
-        }
-        self.placements_changed();
-    }
-
-    /// The placement watch could not start, failed or ended: the agent registers again.
-    pub fn watch_failed(&mut self, error: StoreError) {
-        if self.is_connected() {
-            self.disconnect(format!("the placement watch failed: {error}"));
-        }
-    }
-
-    /// The result of [`Action::FetchSpec`]: the service's record, `None` if it is gone.
-    pub fn fetched_spec(&mut self, result: Result<Option<Fact>, StoreError>) {
-        let mut service = String::new();
-        if !self.store_done(|op| match op {
-            StoreOp::FetchSpec(s) => {
-                service.clone_from(s);
-                true
-            }
-            _ => false,
-        }) {
-            return;
-        }
-        if !self.is_connected() {
-            return; // disconnected meanwhile: the next list asks again
-        }
-        let fact = match result {
-            Ok(fact) => fact,
-            Err(err) => return self.disconnect(format!("fetching spec {service} failed: {err}")),
-        };
-        let spec = fact.and_then(|f| schema::decode::<ServiceSpec>(&f).ok());
-        let wanted: BTreeSet<String> = self
-            .desired
-            .placements
-            .values()
-            .filter(|a| a.service == service)
-            .map(|a| a.version.clone())
-            .collect();
-        if let Some(spec) = spec {
-            let version = spec.version();
-            if wanted.contains(&version) {
-                self.secret_fetches
-                    .extend(spec.secrets.iter().map(|s| s.name.clone()));
-                self.desired
-                    .specs
-                    .entry(service.clone())
-                    .or_default()
-                    .insert(version, spec);
-            }
-        }
-        for version in wanted {
-            if self.desired.spec(&service, &version).is_none() {
-                self.unavailable.insert((service.clone(), version));
-            }
-        }
-        self.save_cache();
-        self.pass_wanted = true;
-        self.report_wanted = true;
-    }
-
-    /// The result of [`Action::FetchSecrets`]: one fact per key asked for, `None` when missing.
-    pub fn fetched_secrets(&mut self, result: Result<Vec<Option<Fact>>, StoreError>) {
-        let mut names = Vec::new();
-        if !self.store_done(|op| match op {
-            StoreOp::FetchSecrets(n) => {
-                names.clone_from(n);
-                true
-            }
-            _ => false,
-        }) {
-            return;
-        }
-        if !self.is_connected() {
-            return;
-        }
-        match result {
-            Ok(facts) => {
-                for (name, fact) in names.into_iter().zip(facts) {
-                    if let Some(fact) = fact {
-                        self.desired.secrets.insert(name, fact.value.to_vec());
-                    }
-                }
-                self.save_cache();
-                self.pass_wanted = true;
-            }
-            Err(err) => self.disconnect(format!("fetching secrets failed: {err}")),
-        }
-    }
-
-    /// The result of [`Action::RenewLease`]. A lease that expired, or a store that cannot be
-    /// reached, means registering again.
-    pub fn renewed(&mut self, result: Result<(), StoreError>) {
-        if !self.store_done(|op| *op == StoreOp::Renew) {
-            return;
-        }
-        let Link::Live {
-            lease, resync_at, ..
-        } = self.link
-        else {
-            return;
-        };
-        match result {
-            Ok(()) => {
-                self.link = Link::Live {
-                    lease,
-                    renew_at: self.now.saturating_add(self.config.lease_ttl / 3),
-                    resync_at,
-                };
-            }
-            Err(err) => self.disconnect(format!("renewing the node's lease failed: {err}")),
-        }
-    }
-
-    /// The result of [`Action::Report`].
-    pub fn reported(&mut self, result: Result<(), StoreError>) {
-        let mut applied = Vec::new();
-        if !self.store_done(|op| match op {
-            StoreOp::Report(a) => {
-                applied = std::mem::take(a);
-                true
-            }
-            _ => false,
-        }) {
-            return;
-        }
-        if !self.is_connected() {
-            return; // the next list reads what the store holds
-        }
-        match result {
-            Ok(()) => {
-                self.stats.reports += 1;
-                for (id, value) in applied {
-                    match value {
-                        Some(value) => self.reported.insert(id, value),
-                        None => self.reported.remove(&id),
-                    };
-                }
-            }
-            Err(err) => self.disconnect(format!("reporting failed: {err}")),
-        }
-    }
-
-    /// The result of [`Action::Observe`]: every instance the runtime knows of.
-    pub fn observed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
-        let Some(op) = self.runtime_busy.take() else {
-            return;
-        };
-        match result {
-            Ok(samples) => {
-                self.observed = samples
-                    .into_iter()
-                    .map(|s| (s.instance.id.clone(), s))
-                    .collect();
-                if op == RuntimeOp::ObserveToDecide {
-                    self.plan_pass();
-                    self.report_after_queue = !self.queue.is_empty();
-                }
-                self.report_wanted = true;
-            }
-            Err(err) => self.outbox.push_back(Action::RuntimeFailed {
-                reason: format!("observing failed: {err}"),
-            }),
-        }
-    }
-
-    /// The result of [`Action::EnsureRunning`], [`Action::EnsureStopped`] or
-    /// [`Action::Remove`].
-    pub fn done(&mut self, result: Result<(), RuntimeError>) {
-        let Some(op) = self.runtime_busy.take() else {
-            return;
-        };
-        let now = self.now;
-        let delays = &self.config.retry_delays;
-        match (op, result) {
-            (RuntimeOp::Start(id), Ok(())) => {
-                let spec = self.desired.spec_of(&id).cloned();
-                let track = self.tracks.entry(id).or_default();
-                track.started_now(now, spec.as_ref());
-            }
-            (RuntimeOp::Start(id) | RuntimeOp::StartInit(id, _), Err(err)) => {
-                let reason = err.to_string();
-                self.tracks
-                    .entry(id.clone())
-                    .or_default()
-                    .fail(now, reason.clone(), delays);
-                self.outbox.push_back(Action::RuntimeFailed {
-                    reason: format!("starting {id} failed: {reason}"),
-                });
-            }
-            (RuntimeOp::Stop(id) | RuntimeOp::Remove(id), Err(err)) => {
-                self.outbox.push_back(Action::RuntimeFailed {
-                    reason: format!("stopping or removing {id} failed: {err}"),
-                });
-            }
-            _ => {}
-        }
-        self.report_wanted = true;
-    }
-
-    /// The result of [`Action::Probe`].
-    pub fn probed(&mut self, result: Result<(), String>) {
-        let Some(op) = self.runtime_busy.take() else {
-            return;
-        };
-        if let RuntimeOp::Probe(id, kind) = op
-            && let Some(state) = self
-                .tracks
-                .get_mut(&id)
-                .and_then(|t| t.probes[kind as usize].as_mut())
-        {
-            state.record(self.now, result);
-            self.report_wanted = true;
-        }
-    }
-
     /// Clears the store lane if the op in flight is the one `matches` expects.
-    fn store_done(&mut self, matches: impl FnOnce(&mut StoreOp) -> bool) -> bool {
+    pub(super) fn store_done(&mut self, matches: impl FnOnce(&mut StoreOp) -> bool) -> bool {
         let matched = self.store_busy.as_mut().is_some_and(matches);
         if matched {
             self.store_busy = None;
@@ -663,7 +354,7 @@ impl AgentLoop {
     }
 
     /// Asks for what one placement needs: its version's spec, and the secrets it names.
-    fn want(&mut self, assignment: &Assignment) {
+    pub(super) fn want(&mut self, assignment: &Assignment) {
         match self.desired.spec(&assignment.service, &assignment.version) {
             Some(spec) => self
                 .secret_fetches
@@ -674,7 +365,7 @@ impl AgentLoop {
         }
     }
 
-    fn placements_changed(&mut self) {
+    pub(super) fn placements_changed(&mut self) {
         self.desired.forget_unused();
         let placements = &self.desired.placements;
         self.tracks.retain(|id, _| placements.contains_key(id));
@@ -683,7 +374,7 @@ impl AgentLoop {
         self.report_wanted = true;
     }
 
-    fn list_action(&self) -> Action {
+    pub(super) fn list_action(&self) -> Action {
         let node = &self.config.node;
         Action::List {
             placements: format!("{}{node}/", schema::PLACEMENTS),
@@ -691,13 +382,13 @@ impl AgentLoop {
         }
     }
 
-    fn save_cache(&mut self) {
+    pub(super) fn save_cache(&mut self) {
         self.outbox.push_back(Action::SaveCache {
             desired: Box::new(self.desired.clone()),
         });
     }
 
-    fn disconnect(&mut self, reason: String) {
+    pub(super) fn disconnect(&mut self, reason: String) {
         self.stats.disconnects += 1;
         self.failures = self.failures.saturating_add(1);
         let retry_in = self.config.reconnect_delay(self.failures);

@@ -32,7 +32,8 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `machine.rs` | [`AgentLoop`]: connection, lanes, inputs |
+//! | `machine.rs` | [`AgentLoop`]: connection, lanes, what to do next |
+//! | `inputs.rs` | its inputs: each action's result and the placement watch's events |
 //! | `plan.rs` | one pass decided: starts, init steps, restarts, stops, orphans, probes |
 //! | `report.rs` | the observations to write |
 //! | `action.rs` | [`Action`], [`Lane`], [`StopReason`], [`Listing`], [`Sample`] |
@@ -46,6 +47,7 @@ mod action;
 mod cache;
 mod config;
 mod driver;
+mod inputs;
 mod machine;
 #[cfg(test)]
 mod machine_tests;

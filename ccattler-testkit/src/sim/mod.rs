@@ -55,7 +55,9 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `world.rs` | the agenda, the store, messages and their delays |
+//! | `simulation.rs`, `report.rs` | [`Simulation`] (set up, stepped, run to its end) and its [`Report`] |
+//! | `world.rs` | the agenda, the store, messages and their delays, watches' deliveries |
+//! | `requests.rs` | requests reaching the store, an outage and the control plane's return |
 //! | `actors.rs` | the drivers of the controller loops and agent loops |
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
@@ -73,6 +75,9 @@ mod inject;
 mod net;
 mod queue;
 mod replicas;
+mod report;
+mod requests;
+mod simulation;
 mod trace;
 mod world;
 
@@ -81,23 +86,21 @@ pub use chaos::{Chaos, Run, Summary};
 pub use check::{ENDPOINT_GRACE, EXCESS_GRACE, Invariant, Violation};
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use replicas::LEADER_KEY;
+pub use report::Report;
+pub use simulation::Simulation;
 pub use trace::{Keep, Trace};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ccattler_controllers::apply::DesiredFacts;
-use ccattler_controllers::standard;
+use ccattler_core::Controller;
 use ccattler_core::runner::LoopConfig;
 use ccattler_core::schema::{Cpu, Memory};
-use ccattler_core::{Controller, FactView};
-use ccattler_runtime::agent::AgentConfig;
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
-use crate::cluster::{NodeSpec, Snapshot};
-use actors::{ControllerActor, NodeActor};
-use world::{Event, World};
+use crate::cluster::NodeSpec;
 
 /// Makes a fresh controller object (on start, and again on each restart).
 pub(crate) type MakeController = Arc<dyn Fn() -> Arc<dyn Controller> + Send + Sync>;
@@ -290,287 +293,3 @@ impl SimulationBuilder {
 /// Keeps the fault schedule's draws apart from the run's, so that adding a fault does not
 /// change every delay of the run.
 const SCHEDULE_SALT: u64 = 0x5eed_fa17_5eed_fa17;
-
-/// A seeded run of the whole cluster. See the [module docs](self).
-pub struct Simulation {
-    world: World,
-    seed: u64,
-    schedule: Schedule,
-    /// When the last fault, outage or scripted step is over.
-    quiet: Duration,
-    settle: Duration,
-}
-
-impl std::fmt::Debug for Simulation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Simulation")
-            .field("seed", &self.seed)
-            .field("now", &self.world.now)
-            .field("actors", &self.world.actors.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Simulation {
-    /// A builder for a run that applies `desired` (the facts of a checked `.cca` document).
-    pub fn builder(desired: DesiredFacts) -> SimulationBuilder {
-        let controllers = (0..standard::all().len())
-            .map(|i| -> MakeController { Arc::new(move || standard::all()[i].clone()) })
-            .collect();
-        SimulationBuilder {
-            desired,
-            later: Vec::new(),
-            failing_images: Vec::new(),
-            outages: Vec::new(),
-            replicas: 1,
-            fenced: true,
-            seed: 0,
-            nodes: Vec::new(),
-            controllers,
-            faults: FaultRates::none(),
-            schedule: None,
-            duration: Duration::from_secs(60),
-            settle: Duration::from_secs(120),
-            lease_ttl: Duration::from_secs(10),
-            loop_config: LoopConfig::default(),
-            keep: Keep::Last(200),
-        }
-    }
-
-    fn new(builder: SimulationBuilder) -> Self {
-        let schedule = builder.planned_schedule();
-        let mut rng = SmallRng::seed_from_u64(builder.seed);
-        let trace = Trace::new(builder.keep);
-        let documents = std::iter::once(builder.desired.clone())
-            .chain(builder.later.iter().map(|(_, d)| d.clone()))
-            .collect();
-        let mut world = World::new(SmallRng::seed_from_u64(rng.random()), trace, documents);
-        world.trace.line(
-            world.now,
-            "sim",
-            format!(
-                "seed {}, {} nodes, {} controllers, {} faults",
-                builder.seed,
-                builder.nodes.len(),
-                builder.controllers.len(),
-                schedule.faults.len()
-            ),
-        );
-        let limit = ccattler_core::FactStore::limits(&world.store).max_txn_ops;
-        let elected = builder.replicas > 1;
-        for r in 0..builder.replicas {
-            let mut controllers = Vec::new();
-            for make in &builder.controllers {
-                let mut actor = ControllerActor::new(
-                    Arc::clone(make),
-                    builder.loop_config.clone(),
-                    rng.random(),
-                    limit,
-                );
-                if elected {
-                    actor.name = format!("runner-{}/{}", r + 1, actor.name);
-                    actor.active = false;
-                }
-                let index = world.add_controller(actor);
-                controllers.push(index);
-                world.agenda.push(Duration::ZERO, Event::Wake(index));
-            }
-            if elected {
-                let campaign = Duration::from_millis(rng.random_range(0..100));
-                world.replicas.push(replicas::Replica {
-                    name: format!("runner-{}", r + 1),
-                    standing: replicas::Standing::Candidate(campaign),
-                    controllers,
-                    fenced: builder.fenced,
-                    paused_until: Duration::ZERO,
-                    ttl: builder.lease_ttl,
-                });
-                world.agenda.push(campaign, Event::ReplicaWake(r));
-            }
-        }
-        for (node, boot) in &builder.nodes {
-            let mut config = AgentConfig::new(node.name(), format!("/sim/{}", node.name()))
-                .lease_ttl(builder.lease_ttl);
-            config.cpu = node.status.cpu;
-            config.memory = node.status.memory;
-            config.labels = node.status.labels.clone();
-            config.taints = node.status.taints.clone();
-            config.zone = node.status.zone.clone();
-            config.architecture = node.status.architecture.clone();
-            config.address = node.status.address.clone();
-            let mut actor = NodeActor::new(config);
-            actor.failing_images = builder.failing_images.clone();
-            actor.apply_failing_images();
-            let index = world.add_node(actor);
-            let at = boot.unwrap_or_else(|| Duration::from_millis(rng.random_range(0..2_000)));
-            world.agenda.push(at, Event::Boot(index));
-        }
-        world.agenda.push(
-            Duration::from_millis(rng.random_range(0..1_000)),
-            Event::Apply(0),
-        );
-        for (index, (at, _)) in builder.later.iter().enumerate() {
-            world.agenda.push(*at, Event::Apply(index + 1));
-        }
-        for (at, length) in &builder.outages {
-            world.agenda.push(*at, Event::Outage(*at + *length));
-        }
-        world.schedule(&schedule);
-        let scripted = builder
-            .later
-            .iter()
-            .map(|(at, _)| *at)
-            .chain(builder.outages.iter().map(|(at, length)| *at + *length))
-            .chain(builder.nodes.iter().filter_map(|(_, boot)| *boot))
-            .max()
-            .unwrap_or_default();
-        let quiet = schedule.quiet_after().max(builder.duration).max(scripted);
-        Simulation {
-            world,
-            seed: builder.seed,
-            schedule,
-            quiet,
-            settle: builder.settle,
-        }
-    }
-
-    /// The virtual time the simulation has reached.
-    pub fn now(&self) -> Duration {
-        self.world.now
-    }
-
-    /// The first invariant broken so far, if any.
-    pub fn violation(&self) -> Option<&Violation> {
-        self.world.violation.as_ref()
-    }
-
-    /// Handles every event due by `at` (or until an invariant breaks) and moves the clock there.
-    pub fn run_until(&mut self, at: Duration) {
-        while self.world.fatal.is_none() && self.world.violation.is_none() && self.world.step(at) {}
-        if self.world.violation.is_none() {
-            self.world.now = self.world.now.max(at);
-        }
-    }
-
-    /// Runs until the cluster converged after the last fault, or the settle bound passed.
-    pub fn run(mut self) -> Report {
-        let deadline = self.quiet + self.settle;
-        let mut next_check = self.quiet;
-        let mut converged_at = None;
-        while self.world.now <= deadline
-            && self.world.fatal.is_none()
-            && self.world.violation.is_none()
-        {
-            if self.world.step(next_check) {
-                continue;
-            }
-            // Nothing is due before the next check: time jumps to it.
-            self.world.now = self.world.now.max(next_check);
-            if self.converged() {
-                converged_at = Some(next_check);
-                break;
-            }
-            next_check += Duration::from_secs(1);
-        }
-        let state = self
-            .snapshot()
-            .map(|s| {
-                let mut text = s.summary();
-                for gap in s.gaps().iter().take(10) {
-                    text.push_str(&format!("\n  not converged: {gap}"));
-                }
-                text
-            })
-            .unwrap_or_default();
-        Report {
-            state,
-            seed: self.seed,
-            fired: self.world.fired.clone(),
-            quiet_after: self.quiet,
-            converged_at,
-            settle: self.settle,
-            fatal: self.world.fatal.take(),
-            violation: self.world.violation.take(),
-            steps: self.world.steps,
-            schedule: self.schedule,
-            trace: self.world.trace,
-        }
-    }
-
-    fn converged(&self) -> bool {
-        self.snapshot().is_some_and(|s| s.is_converged())
-    }
-
-    /// The whole store now.
-    pub fn snapshot(&self) -> Option<Snapshot> {
-        let scan = world::ready(ccattler_core::FactStore::scan(&self.world.store, "")).ok()?;
-        Some(Snapshot::new(FactView::from_facts(
-            scan.revision,
-            scan.facts,
-        )))
-    }
-}
-
-/// What a run found.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Report {
-    /// The seed.
-    pub seed: u64,
-    /// The faults injected.
-    pub schedule: Schedule,
-    /// How often each kind fired (struck something).
-    pub fired: Vec<(FaultKind, u64)>,
-    /// When the last fault's effects ended (or the fault period did, if later).
-    pub quiet_after: Duration,
-    /// When the cluster was first seen converged after that, if it was.
-    pub converged_at: Option<Duration>,
-    /// The bound it had.
-    pub settle: Duration,
-    /// A controller that failed fatally.
-    pub fatal: Option<String>,
-    /// The first invariant broken (the run stopped there).
-    pub violation: Option<Violation>,
-    /// Events handled.
-    pub steps: u64,
-    /// The trace (as much as was kept).
-    pub trace: Trace,
-    /// The store at the end, summed up: each service's status and the placements per node.
-    pub state: String,
-}
-
-impl Report {
-    /// Whether the run converged in time, with no invariant broken and no fatal failure.
-    pub fn passed(&self) -> bool {
-        self.converged_at.is_some() && self.fatal.is_none() && self.violation.is_none()
-    }
-
-    /// How long convergence took after the faults stopped.
-    pub fn time_to_converge(&self) -> Option<Duration> {
-        self.converged_at
-            .map(|at| at.saturating_sub(self.quiet_after))
-    }
-
-    /// A paragraph for a failed run: the seed, what failed, and the trace's last lines.
-    pub fn explain(&self) -> String {
-        let verdict = match (&self.fatal, self.converged_at) {
-            _ if self.violation.is_some() => self
-                .violation
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            (Some(fatal), _) => fatal.clone(),
-            (None, None) => format!(
-                "not converged within {:?} after the last fault (at {:?})",
-                self.settle, self.quiet_after
-            ),
-            (None, Some(at)) => format!("converged at {at:?}"),
-        };
-        format!(
-            "seed {}: {verdict}\nthe cluster {}\nlast lines of the trace:\n{}",
-            self.seed,
-            self.state,
-            self.trace.tail(40)
-        )
-    }
-}

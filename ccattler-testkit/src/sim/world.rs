@@ -9,14 +9,14 @@ use ccattler_core::runner::ReconcileFailure;
 use ccattler_core::{
     Change, FactStore, ManualClock, Scan, StoreError, Txn, TxnResponse, WatchEvent,
 };
-use ccattler_runtime::agent::{self, Action as AgentAction, Outcome};
+use ccattler_runtime::agent::{Action as AgentAction, Outcome};
 use ccattler_store::{MemoryConfig, MemoryStore};
 use futures_util::FutureExt;
 use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::actors::{Actor, ControllerActor, NodeActor};
-use super::check::{self, Checker, Invariant, Violation};
+use super::check::{Checker, Invariant, Violation};
 use super::faults::{Fault, FaultKind, Schedule};
 use super::net::Subs;
 use super::queue::Agenda;
@@ -298,7 +298,7 @@ impl World {
         Duration::from_millis(ms)
     }
 
-    fn window(&self, kind: FaultKind) -> Option<Window> {
+    pub(crate) fn window(&self, kind: FaultKind) -> Option<Window> {
         self.windows.iter().copied().find(|w| w.kind == kind)
     }
 
@@ -331,133 +331,6 @@ impl World {
                 input,
             },
         );
-    }
-
-    /// The control plane goes away until `until`: every request is refused, every watch breaks.
-    fn outage(&mut self, until: Duration) {
-        self.outage_until = self.outage_until.max(until);
-        self.agenda.push(until, Event::ControlPlaneBack);
-        self.trace.line(
-            self.now,
-            "chaos",
-            format!("the control plane is unreachable until {until:?}"),
-        );
-        for actor in 0..self.actors.len() {
-            let Some(generation) = self.actors[actor].watch_generation() else {
-                continue;
-            };
-            self.subs.close_actor(actor);
-            self.agenda.push(
-                self.now,
-                Event::Deliver {
-                    actor,
-                    generation,
-                    item: Some(Err(StoreError::unavailable(
-                        "the control plane is unreachable",
-                    ))),
-                },
-            );
-        }
-    }
-
-    /// The outage is over: every controller starts over, as in a restarted server.
-    fn control_plane_back(&mut self) {
-        if self.now < self.outage_until {
-            return; // a longer outage overlaps this one
-        }
-        self.trace.line(
-            self.now,
-            "chaos",
-            "the control plane is back; its controllers restart",
-        );
-        for actor in 0..self.actors.len() {
-            let seed = self.rng.random();
-            if let Actor::Controller(c) = &mut self.actors[actor] {
-                c.restart(seed);
-                self.subs.close_actor(actor);
-                self.step_actor(actor);
-            }
-        }
-    }
-
-    /// A request reaches the store: executed now (or refused by slow storage or an outage),
-    /// answered later.
-    fn execute(&mut self, actor: usize, incarnation: u64, request: Request) {
-        let refused = self.now < self.outage_until
-            || (self.window(FaultKind::SlowStorage).is_some() && self.rng.random_bool(0.1));
-        let name = self.actors[actor].name().to_owned();
-        let input = if refused {
-            let error = StoreError::unavailable(if self.now < self.outage_until {
-                "the control plane is unreachable (simulated)"
-            } else {
-                "the store is overloaded (simulated)"
-            });
-            self.trace
-                .line(self.now, &name, "store request refused (slow storage)");
-            match request {
-                Request::List(_) => Input::Listed(Err(error)),
-                Request::Commit(_) => Input::Committed(Err(error)),
-                Request::Agent(action) => match agent::perform::store_failure(&action, error) {
-                    Some(outcome) => Input::Agent(outcome),
-                    None => return,
-                },
-            }
-        } else {
-            match request {
-                Request::List(prefixes) => Input::Listed(self.list(&prefixes)),
-                Request::Commit(txn) => {
-                    if let Some(broken) = check::commit_writes(&name, &txn) {
-                        self.violate(broken);
-                    }
-                    let result = ready(self.store.txn(txn));
-                    self.trace_commit(&name, &result);
-                    if let Ok(response) = &result
-                        && response.succeeded
-                        && let Some(detail) = self.deposed_write(actor, response.revision)
-                    {
-                        self.violate((Invariant::DeposedWrite, detail));
-                    }
-                    Input::Committed(result)
-                }
-                Request::Agent(action) => {
-                    let (node, ttl) = match &self.actors[actor] {
-                        Actor::Node(node) => (node.name.clone(), node.config.lease_ttl),
-                        Actor::Controller(_) => return,
-                    };
-                    if let AgentAction::Report { puts, deletes } = &action {
-                        let keys: Vec<_> = puts.iter().map(|(k, _)| k).chain(deletes).collect();
-                        if let Some(broken) = check::report_writes(&node, &keys) {
-                            self.violate(broken);
-                        }
-                    }
-                    match agent::perform::store_action(&self.store, &node, ttl, action)
-                        .now_or_never()
-                        .flatten()
-                    {
-                        Some(outcome) => Input::Agent(outcome),
-                        None => return,
-                    }
-                }
-            }
-        };
-        let delay = self.latency(actor);
-        self.answer(actor, incarnation, delay, input);
-    }
-
-    fn list(&self, prefixes: &[String]) -> Result<Vec<Scan>, StoreError> {
-        prefixes
-            .iter()
-            .map(|prefix| ready(self.store.scan(prefix)))
-            .collect()
-    }
-
-    fn trace_commit(&mut self, who: &str, result: &Result<TxnResponse, StoreError>) {
-        let line = match result {
-            Ok(r) if r.succeeded => format!("commit at {}", r.revision),
-            Ok(_) => "commit lost a race (conflict)".to_owned(),
-            Err(err) => format!("commit failed: {err}"),
-        };
-        self.trace.line(self.now, who, line);
     }
 
     /// Opens a watch of `actor` (it fails during an outage).

@@ -1,0 +1,70 @@
+//! [`Report`]: what a run found.
+
+use std::time::Duration;
+
+use super::faults::{FaultKind, Schedule};
+use super::{Trace, Violation};
+
+/// What a run found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// The faults injected.
+    pub schedule: Schedule,
+    /// How often each kind fired (struck something).
+    pub fired: Vec<(FaultKind, u64)>,
+    /// When the last fault's effects ended (or the fault period did, if later).
+    pub quiet_after: Duration,
+    /// When the cluster was first seen converged after that, if it was.
+    pub converged_at: Option<Duration>,
+    /// The bound it had.
+    pub settle: Duration,
+    /// A controller that failed fatally.
+    pub fatal: Option<String>,
+    /// The first invariant broken (the run stopped there).
+    pub violation: Option<Violation>,
+    /// Events handled.
+    pub steps: u64,
+    /// The trace (as much as was kept).
+    pub trace: Trace,
+    /// The store at the end, summed up: each service's status and the placements per node.
+    pub state: String,
+}
+
+impl Report {
+    /// Whether the run converged in time, with no invariant broken and no fatal failure.
+    pub fn passed(&self) -> bool {
+        self.converged_at.is_some() && self.fatal.is_none() && self.violation.is_none()
+    }
+
+    /// How long convergence took after the faults stopped.
+    pub fn time_to_converge(&self) -> Option<Duration> {
+        self.converged_at
+            .map(|at| at.saturating_sub(self.quiet_after))
+    }
+
+    /// A paragraph for a failed run: the seed, what failed, and the trace's last lines.
+    pub fn explain(&self) -> String {
+        let verdict = match (&self.fatal, self.converged_at) {
+            _ if self.violation.is_some() => self
+                .violation
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            (Some(fatal), _) => fatal.clone(),
+            (None, None) => format!(
+                "not converged within {:?} after the last fault (at {:?})",
+                self.settle, self.quiet_after
+            ),
+            (None, Some(at)) => format!("converged at {at:?}"),
+        };
+        format!(
+            "seed {}: {verdict}\nthe cluster {}\nlast lines of the trace:\n{}",
+            self.seed,
+            self.state,
+            self.trace.tail(40)
+        )
+    }
+}
