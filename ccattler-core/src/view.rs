@@ -104,6 +104,19 @@ impl FactView {
         self.revision = revision;
     }
 
+    /// Whether committing `change` would change nothing: a put of the value the key holds
+    /// (without a lease), or a delete of a key the view does not hold. The runner drops such
+    /// changes before committing.
+    pub fn is_noop(&self, change: &Change) -> bool {
+        let held = self.get(change.key().as_str());
+        match change {
+            Change::Put { value, .. } => {
+                held.is_some_and(|f| f.value == value && f.lease.is_none())
+            }
+            Change::Delete { .. } => held.is_none(),
+        }
+    }
+
     /// Applies `changes` as a store commits them at `revision`: a put keeps the key's create
     /// revision and raises its version (a new key starts at `revision`, version 1) and holds no
     /// lease; a delete removes the key. The view's revision becomes `revision` when that is later.

@@ -474,35 +474,50 @@ impl ControllerLoop {
     }
 
     fn check_changes(&self, changes: &[Change]) -> Result<(), String> {
-        let mut seen = HashSet::with_capacity(changes.len());
-        for change in changes {
-            let key = change.key();
-            if !self.domain.iter().any(|p| key.has_prefix(p)) {
-                return Err(format!(
-                    "rejected a change to {key}, outside the write domain {:?}",
-                    self.domain
-                ));
-            }
-            if !seen.insert(key.as_str()) {
-                return Err(format!("rejected a reconcile that changes {key} twice"));
-            }
-        }
-        Ok(())
+        check_changes(&self.domain, changes)
     }
 
     fn is_noop(&self, change: &Change) -> bool {
-        let held = self.view.get(change.key().as_str());
-        match change {
-            Change::Put { value, .. } => {
-                held.is_some_and(|f| f.value == value && f.lease.is_none())
-            }
-            Change::Delete { .. } => held.is_none(),
-        }
+        self.view.is_noop(change)
     }
 
     fn apply_own(&mut self, changes: Vec<Change>, revision: Revision) {
         self.view.apply(changes, revision);
     }
+}
+
+/// The runner's check of one reconcile's changes: every key inside the write `domain` (a list
+/// of prefixes), and no key changed twice. Anything that stands in for the runner (a test
+/// harness, a simulation) validates plans with this same rule.
+///
+/// ```
+/// use ccattler_core::runner::check_changes;
+/// use ccattler_core::{Change, Key};
+///
+/// let domain = vec!["output/".to_owned()];
+/// let ok = [Change::put(Key::new("output/a").unwrap(), "1")];
+/// assert!(check_changes(&domain, &ok).is_ok());
+/// let outside = [Change::delete(Key::new("input/a").unwrap())];
+/// assert!(check_changes(&domain, &outside).unwrap_err().contains("outside the write domain"));
+/// ```
+///
+/// # Errors
+///
+/// What is wrong, for people: the first key outside the domain, or the first key changed twice.
+pub fn check_changes(domain: &[String], changes: &[Change]) -> Result<(), String> {
+    let mut seen = HashSet::with_capacity(changes.len());
+    for change in changes {
+        let key = change.key();
+        if !domain.iter().any(|p| key.has_prefix(p)) {
+            return Err(format!(
+                "rejected a change to {key}, outside the write domain {domain:?}"
+            ));
+        }
+        if !seen.insert(key.as_str()) {
+            return Err(format!("rejected a reconcile that changes {key} twice"));
+        }
+    }
+    Ok(())
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {

@@ -8,6 +8,7 @@
 //! | item | role |
 //! |---|---|
 //! | [`ControllerLoop`], [`Action`] | the deterministic loop of one controller |
+//! | [`check_changes`] | the runner's rule for a reconcile's changes (write domain, one change per key) |
 //! | [`LoopConfig`], [`Backoff`] | timing: resync, restart and conflict backoff |
 //! | [`LeaderElection`], [`Leadership`], [`NoElection`] | who may commit, and the fencing compares |
 //! | `TokioRunner` (feature `tokio`) | runs controllers on tokio |
@@ -28,7 +29,7 @@ mod tokio_runner;
 
 pub use backoff::{Backoff, LoopConfig};
 pub use leader::{LeaderElection, Leadership, NoElection};
-pub use machine::{Action, ControllerLoop, LoopStats, ReconcileFailure};
+pub use machine::{Action, ControllerLoop, LoopStats, ReconcileFailure, check_changes};
 
 #[cfg(feature = "tokio")]
 pub use lease_election::{LeaseElection, LeaseElectionConfig};

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ccattler_controllers::standard;
+use ccattler_core::runner::check_changes;
 use ccattler_core::{
-    Change, Controller, Fact, FactView, Key, ReconcileContext, Revision, SequentialIds,
+    Change, Controller, Fact, FactView, ReconcileContext, Revision, SequentialIds,
 };
 
 /// Rounds [`World::run`] tries before it calls the controllers a livelock.
@@ -52,7 +53,7 @@ pub struct Applied {
 /// - The stand-in node agents (see the [module docs](super)) run after the controllers in each
 ///   round while they are on.
 pub struct World {
-    facts: BTreeMap<Key, Fact>,
+    facts: FactView,
     revision: Revision,
     ids: SequentialIds,
     make: fn() -> Vec<Arc<dyn Controller>>,
@@ -97,7 +98,7 @@ impl World {
     /// [`restart_controllers`](World::restart_controllers)), agents on.
     pub fn with_controllers(make: fn() -> Vec<Arc<dyn Controller>>) -> Self {
         World {
-            facts: BTreeMap::new(),
+            facts: FactView::new(),
             revision: Revision::ZERO,
             ids: SequentialIds::new("i"),
             make,
@@ -121,18 +122,12 @@ impl World {
 
     /// The facts under `prefix`, in key order.
     pub fn scan<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Fact> + 'a {
-        self.facts
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
-            .map(|(_, fact)| fact)
-            .take_while(move |fact| fact.key.has_prefix(prefix))
+        self.facts.scan(prefix)
     }
 
     /// Every fact, as a view at the current revision.
     pub fn view(&self) -> FactView {
-        FactView::from_facts(self.revision, self.facts.values().cloned())
+        self.facts.clone()
     }
 
     /// The names of the controllers, in the order a round runs them.
@@ -152,39 +147,17 @@ impl World {
     ///
     /// Two changes to the same key.
     pub fn commit(&mut self, changes: Vec<Change>) -> Result<Vec<Change>, WorldError> {
-        let mut seen = BTreeSet::new();
-        for change in &changes {
-            if !seen.insert(change.key().clone()) {
-                return Err(WorldError(format!(
-                    "one commit changes {} twice",
-                    change.key()
-                )));
-            }
-        }
-        let effective: Vec<Change> = changes.into_iter().filter(|c| !self.is_noop(c)).collect();
+        // Any writer (a controller, a stand-in agent, a scenario line): the whole key space.
+        check_changes(&[String::new()], &changes).map_err(WorldError)?;
+        let effective: Vec<Change> = changes
+            .into_iter()
+            .filter(|c| !self.facts.is_noop(c))
+            .collect();
         if effective.is_empty() {
             return Ok(effective);
         }
         self.revision = self.revision.next();
-        for change in &effective {
-            match change {
-                Change::Put { key, value } => {
-                    let held = self.facts.get(key);
-                    let fact = Fact {
-                        key: key.clone(),
-                        value: value.clone(),
-                        create_revision: held.map_or(self.revision, |f| f.create_revision),
-                        mod_revision: self.revision,
-                        version: held.map_or(1, |f| f.version + 1),
-                        lease: None,
-                    };
-                    self.facts.insert(key.clone(), fact);
-                }
-                Change::Delete { key } => {
-                    self.facts.remove(key);
-                }
-            }
-        }
+        self.facts.apply(effective.clone(), self.revision);
         Ok(effective)
     }
 
@@ -296,7 +269,7 @@ impl World {
         let view = FactView::from_facts(
             self.revision,
             self.facts
-                .values()
+                .iter()
                 .filter(|f| prefixes.iter().any(|p| f.key.has_prefix(p)))
                 .cloned(),
         );
@@ -306,26 +279,12 @@ impl World {
         let changes = controller
             .reconcile(&view, &mut ctx)
             .map_err(|e| WorldError(format!("controller {name} failed: {e}")))?;
-        let mut seen = BTreeSet::new();
-        for change in &changes {
-            let key = change.key();
-            if !domain.iter().any(|p| key.has_prefix(p)) {
-                return Err(WorldError(format!(
-                    "controller {name} changed {key}, outside its write domain {domain:?}"
-                )));
-            }
-            if !seen.insert(key.clone()) {
-                return Err(WorldError(format!("controller {name} changed {key} twice")));
-            }
-        }
-        Ok(changes.into_iter().filter(|c| !self.is_noop(c)).collect())
-    }
-
-    fn is_noop(&self, change: &Change) -> bool {
-        let held = self.facts.get(change.key().as_str());
-        match change {
-            Change::Put { value, .. } => held.is_some_and(|f| f.value == value),
-            Change::Delete { .. } => held.is_none(),
-        }
+        // The runner's own rule: inside the write domain, one change per key.
+        check_changes(&domain, &changes)
+            .map_err(|reason| WorldError(format!("controller {name}: {reason}")))?;
+        Ok(changes
+            .into_iter()
+            .filter(|c| !self.facts.is_noop(c))
+            .collect())
     }
 }
