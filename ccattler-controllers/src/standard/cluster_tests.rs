@@ -383,3 +383,26 @@ mod model {
         }
     }
 }
+
+#[test]
+fn most_nodes_look_dead_only_when_fewer_than_half_hold_their_lease() {
+    // Two nodes with an instance each, both alive.
+    let mut view = world();
+    let read = |view: &FactView| ClusterCache::new().read(view);
+    assert!(!read(&view).most_nodes_dead());
+    // One of two dead: half still hold their lease, so instances are replaced.
+    view.remove(keys::node_lease("n2").unwrap().as_str());
+    assert!(!read(&view).most_nodes_dead());
+    // Both dead: the control plane is the likelier one cut off.
+    view.remove(keys::node_lease("n1").unwrap().as_str());
+    assert!(read(&view).most_nodes_dead());
+    // A node that holds a lease but runs nothing counts too: one of three alive is too few.
+    view.insert(fact(
+        keys::node_lease("n3").unwrap(),
+        b"n3".to_vec().into(),
+        9,
+    ));
+    assert!(read(&view).most_nodes_dead());
+    // No node known at all: nothing looks dead.
+    assert!(!read(&FactView::new()).most_nodes_dead());
+}

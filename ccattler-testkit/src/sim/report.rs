@@ -60,10 +60,25 @@ impl Report {
             ),
             (None, Some(at)) => format!("converged at {at:?}"),
         };
+        let mut faults: Vec<String> = self
+            .schedule
+            .faults
+            .iter()
+            .take(12)
+            .map(|f| format!("  {f}"))
+            .collect();
+        if self.schedule.faults.len() > faults.len() {
+            faults.push(format!(
+                "  ... {} more",
+                self.schedule.faults.len() - faults.len()
+            ));
+        }
         format!(
-            "seed {}: {verdict}\nthe cluster {}\nlast lines of the trace:\n{}",
+            "seed {}: {verdict}\nthe cluster {}\nits {} faults:\n{}\nlast lines of the trace:\n{}",
             self.seed,
             self.state,
+            self.schedule.faults.len(),
+            faults.join("\n"),
             self.trace.tail(40)
         )
     }
