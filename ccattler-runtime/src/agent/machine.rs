@@ -149,6 +149,8 @@ pub struct AgentLoop {
     /// Versions a placement names that the store no longer holds.
     pub(super) unavailable: BTreeSet<(String, String)>,
     pub(super) outbox: VecDeque<Action>,
+    /// The cache file is older than [`desired`](Self::desired).
+    cache_dirty: bool,
     pub(super) stats: AgentStats,
 }
 
@@ -181,6 +183,7 @@ impl AgentLoop {
             secret_fetches: BTreeSet::new(),
             unavailable: BTreeSet::new(),
             outbox: VecDeque::new(),
+            cache_dirty: false,
             stats: AgentStats::default(),
         }
     }
@@ -242,6 +245,12 @@ impl AgentLoop {
     pub fn next_action(&mut self) -> Option<Action> {
         if let Some(action) = self.outbox.pop_front() {
             return Some(action);
+        }
+        if self.cache_dirty {
+            self.cache_dirty = false;
+            return Some(Action::SaveCache {
+                desired: Box::new(self.desired.clone()),
+            });
         }
         if self.store_busy.is_none()
             && let Some(action) = self.store_work()
@@ -382,10 +391,10 @@ impl AgentLoop {
         }
     }
 
+    /// Marks the cache stale: one [`Action::SaveCache`] follows, however many changes a burst
+    /// of events made (each save is a synced write of the whole file).
     pub(super) fn save_cache(&mut self) {
-        self.outbox.push_back(Action::SaveCache {
-            desired: Box::new(self.desired.clone()),
-        });
+        self.cache_dirty = true;
     }
 
     pub(super) fn disconnect(&mut self, reason: String) {
