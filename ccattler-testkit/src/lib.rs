@@ -9,7 +9,7 @@
 //! | [`toy`] | [`toy::ReplicaController`], a small real controller for runner tests, examples and benches |
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |
 //! | [`runtime_conformance`] | the [`Runtime`](ccattler_core::Runtime) conformance suite: a harness trait, one entry point, one check per guarantee |
-//! | [`sim`] | [`sim::Simulation`]: the whole cluster from one seed on virtual time, real controller and agent loops, eight fault kinds |
+//! | [`sim`] | [`sim::Simulation`]: the whole cluster from one seed on virtual time, real controller and agent loops, runner replicas, nine fault kinds, invariants after every step |
 //! | [`scenario`] | deterministic scenario files: facts, events and expectations run through every standard controller |
 
 #![deny(missing_docs)]

@@ -3,9 +3,9 @@
 //!
 //! `cargo run --release -p ccattler-benches --bin sim_figures [-- --seeds N] [--large-only]`
 //!
-//! - 1,000 seeds (or N) x 60 s of virtual time, 5 nodes, 20 instances, all eight fault kinds
+//! - 1,000 seeds (or N) x 60 s of virtual time, 5 nodes, 20 instances, all eight fault kinds of one runner
 //!   at their default rates, on two threads: wall time, and the median time of one seed.
-//! - One seed of 1,000 nodes and 10,000 instances, 60 s of virtual time, all eight fault kinds:
+//! - One seed of 1,000 nodes and 10,000 instances, 60 s of virtual time, all eight fault kinds of one runner:
 //!   wall time, events handled, and the resident memory of the process afterwards.
 
 use std::time::{Duration, Instant};

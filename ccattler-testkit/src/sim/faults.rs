@@ -1,5 +1,6 @@
-//! The simulation's faults: eight kinds, each with a rate and a documented model, drawn into a
-//! [`Schedule`] from the seed before the run starts (so a schedule can be shrunk and replayed).
+//! The simulation's faults: eight kinds, and a ninth (leader loss) for runner replicas, each
+//! with a rate and a documented model, drawn into a [`Schedule`] from the seed before the run
+//! starts (so a schedule can be shrunk and replayed).
 
 use std::fmt;
 use std::str::FromStr;
