@@ -262,4 +262,16 @@ pub trait Runtime: Send + Sync + 'static {
         command: &[String],
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecOutput, RuntimeError>> + Send;
+
+    /// Answers a network probe (TCP or HTTP) of instance `id` itself, for a runtime whose
+    /// workloads listen nowhere (a simulator). `None`, the default, means the workload is
+    /// real: the agent connects to its address.
+    ///
+    /// # Errors
+    ///
+    /// `Some(Err(reason))`: the probe fails, for people.
+    fn network_probe(&self, id: &str) -> impl Future<Output = Option<Result<(), String>>> + Send {
+        let _ = id;
+        std::future::ready(None)
+    }
 }

@@ -98,12 +98,6 @@ impl Step {
             }
             Action::Disconnected { .. } => self.watch = None,
             Action::SaveCache { .. } | Action::RuntimeFailed { .. } => {}
-            Action::Probe {
-                ref id, ref probe, ..
-            } if !matches!(probe.check, ProbeCheck::Exec { .. }) => {
-                let result = self.sim.network_probe(id);
-                self.machine.probed(result);
-            }
             action if action.lane() == super::Lane::Store => {
                 if self.store_down {
                     return self.fail_store(action);

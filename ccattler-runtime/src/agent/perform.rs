@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ccattler_core::schema;
+use ccattler_core::schema::{self, ProbeCheck};
 use ccattler_core::{Fact, FactStore, LeaseId, Op, Runtime, RuntimeError, StoreError, Txn, Value};
 
 use super::action::{Action, Listing, Sample};
@@ -176,7 +176,8 @@ async fn register<S: FactStore>(
 
 /// Performs a runtime action ([`Lane::Runtime`](super::Lane::Runtime)): observing includes the
 /// stats of what runs, a start first makes the directories its mounts need, and a probe is
-/// checked for real ([`probe::check`]). Returns `None` for any other action.
+/// answered by the runtime ([`Runtime::network_probe`], a simulator) or checked for real
+/// ([`probe::check`]). Returns `None` for any other action.
 pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<Outcome> {
     Some(match action {
         Action::Observe => Outcome::Observed(observe(runtime).await),
@@ -198,7 +199,18 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
         Action::Remove { id } => Outcome::Done(runtime.remove(&id).await),
         Action::Probe {
             id, probe, address, ..
-        } => Outcome::Probed(probe::check(&probe, runtime, &id, address.as_deref()).await),
+        } => {
+            let answered = match probe.check {
+                ProbeCheck::Exec { .. } => None,
+                ProbeCheck::Tcp | ProbeCheck::Http { .. } => runtime.network_probe(&id).await,
+            };
+            match answered {
+                Some(result) => Outcome::Probed(result),
+                None => {
+                    Outcome::Probed(probe::check(&probe, runtime, &id, address.as_deref()).await)
+                }
+            }
+        }
         _ => return None,
     })
 }

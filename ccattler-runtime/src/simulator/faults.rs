@@ -120,7 +120,7 @@ impl Faults {
     }
 
     /// Makes network probes of instance `target` (an id or an image) fail until
-    /// [`Faults::clear`] (see [`SimulatorRuntime::network_probe`](super::SimulatorRuntime::network_probe)).
+    /// [`Faults::clear`] (see [`SimulatorRuntime::check_network_probe`](super::SimulatorRuntime::check_network_probe)).
     pub fn fail_probes(&self, target: impl Into<String>) {
         self.table.lock().failing_probes.insert(target.into());
     }

@@ -21,8 +21,9 @@
 //! [`Runtime::exec`] reads `exit <code> [output...]` the same way (returns `code` and prints the
 //! output words, one per line); any other command returns code 0 and no output.
 //!
-//! Network probes (TCP and HTTP) reach nothing: [`SimulatorRuntime::network_probe`] answers
-//! them, passing while the instance runs unless [`Faults::fail_probes`] names it.
+//! Network probes (TCP and HTTP) reach nothing: the simulator answers them itself
+//! ([`SimulatorRuntime::check_network_probe`]), passing while the instance runs unless
+//! [`Faults::fail_probes`] names it.
 //!
 //! Stats report the spec's memory limit as the memory in use (16 MiB when the spec has none) and
 //! no CPU. An instance whose spec asks for a port serves at `{host}:{port}`: the host is
@@ -92,13 +93,14 @@ impl SimulatorRuntime {
         self.table.lock().instances.get(id).map(|i| i.spec.clone())
     }
 
-    /// What a network probe (TCP or HTTP) of instance `id` would find: it passes while the
-    /// instance runs, unless [`Faults::fail_probes`] names it or its image.
+    /// What a network probe (TCP or HTTP) of instance `id` finds: it passes while the
+    /// instance runs, unless [`Faults::fail_probes`] names it or its image. The agent asks this
+    /// through [`Runtime::network_probe`], since nothing listens at a simulated address.
     ///
     /// # Errors
     ///
     /// Why the check fails, for people.
-    pub fn network_probe(&self, id: &str) -> Result<(), String> {
+    pub fn check_network_probe(&self, id: &str) -> Result<(), String> {
         let table = self.table.lock();
         let instance = table
             .instances
@@ -147,6 +149,10 @@ impl Runtime for SimulatorRuntime {
         _timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
         self.table.lock().exec(id, command)
+    }
+
+    async fn network_probe(&self, id: &str) -> Option<Result<(), String>> {
+        Some(self.check_network_probe(id))
     }
 }
 

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
-use ccattler_core::schema::ProbeCheck;
 use ccattler_core::{Controller, RandomIds, ReconcileContext, StoreError, WatchEvent};
 use ccattler_runtime::agent::{
-    self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, Outcome, StopReason,
+    self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, StopReason,
 };
 use ccattler_runtime::simulator::SimulatorRuntime;
 use futures_util::FutureExt;
@@ -312,18 +311,6 @@ impl World {
                     n.watch_generation += 1;
                 }
                 AgentAction::RuntimeFailed { .. } => {}
-                AgentAction::Probe { id, probe, .. }
-                    if !matches!(probe.check, ProbeCheck::Exec { .. }) =>
-                {
-                    let result = n.runtime.network_probe(&id);
-                    let incarnation = n.incarnation;
-                    self.answer(
-                        actor,
-                        incarnation,
-                        COMPUTE,
-                        Input::Agent(Outcome::Probed(result)),
-                    );
-                }
                 action if action.lane() == Lane::Store => {
                     self.send(actor, Request::Agent(action));
                 }
