@@ -1,4 +1,5 @@
-//! The compiler: every construct lands in the right record, the LANGUAGE.md example compiles to
+//! The compiler: every construct lands in the right record, the example document
+//! (`tests/data/example.cca`, which uses every construct of the language) compiles to
 //! the expected facts, each semantic error class renders as a snapshot, and apply writes a file
 //! all at once or not at all.
 

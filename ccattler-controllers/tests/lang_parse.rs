@@ -1,5 +1,5 @@
-//! Every construct of LANGUAGE.md parses with no diagnostic, and the example's tree is as
-//! expected.
+//! Every construct of the `.cca` language parses with no diagnostic, and the example document
+//! (`tests/data/example.cca`, which uses each of them) gives the expected tree.
 
 use ccattler_controllers::lang::{self, ArgKind, Document, SourceFile, Statement};
 
