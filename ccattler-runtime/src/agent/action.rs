@@ -256,13 +256,3 @@ pub struct Sample {
     /// CPU and memory in use.
     pub stats: Option<InstanceStats>,
 }
-
-impl Sample {
-    /// A sample with no stats.
-    pub fn new(instance: ObservedInstance) -> Self {
-        Sample {
-            instance,
-            stats: None,
-        }
-    }
-}

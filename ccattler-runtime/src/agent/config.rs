@@ -73,6 +73,21 @@ impl AgentConfig {
         }
     }
 
+    /// A config for the node `status` describes (its name, capacity, labels, taints, zone,
+    /// architecture and address), caching under `cache_dir`: the inverse of
+    /// [`status`](Self::status).
+    pub fn for_status(status: NodeStatus, cache_dir: impl Into<PathBuf>) -> Self {
+        let mut config = AgentConfig::new(status.name, cache_dir);
+        config.cpu = status.cpu;
+        config.memory = status.memory;
+        config.labels = status.labels;
+        config.taints = status.taints;
+        config.zone = status.zone;
+        config.architecture = status.architecture;
+        config.address = status.address;
+        config
+    }
+
     /// Sets the capacity.
     #[must_use]
     pub fn capacity(mut self, cpu: Cpu, memory: Memory) -> Self {

@@ -11,7 +11,9 @@ use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
 impl AgentLoop {
     /// The result of [`Action::Register`]: the lease the node now holds.
     pub fn registered(&mut self, result: Result<LeaseId, StoreError>) {
-        if !self.store_done(|op| *op == StoreOp::Register) || self.link != Link::Registering {
+        if self.store_done(|op| *op == StoreOp::Register).is_none()
+            || self.link != Link::Registering
+        {
             return;
         }
         match result {
@@ -31,7 +33,7 @@ impl AgentLoop {
     /// The result of [`Action::List`]. Replaces the cached placements by the store's, learns
     /// what the store holds of this node's observations, and asks to watch from just after.
     pub fn listed(&mut self, result: Result<Listing, StoreError>) {
-        if !self.store_done(|op| *op == StoreOp::List) {
+        if self.store_done(|op| *op == StoreOp::List).is_none() {
             return;
         }
         let Link::Listing { lease } = self.link else {
@@ -116,16 +118,11 @@ impl AgentLoop {
 
     /// The result of [`Action::FetchSpec`]: the service's record, `None` if it is gone.
     pub fn fetched_spec(&mut self, result: Result<Option<Fact>, StoreError>) {
-        let mut service = String::new();
-        if !self.store_done(|op| match op {
-            StoreOp::FetchSpec(s) => {
-                service.clone_from(s);
-                true
-            }
-            _ => false,
-        }) {
+        let Some(StoreOp::FetchSpec(service)) =
+            self.store_done(|op| matches!(op, StoreOp::FetchSpec(_)))
+        else {
             return;
-        }
+        };
         if !self.is_connected() {
             return; // disconnected meanwhile: the next list asks again
         }
@@ -165,16 +162,11 @@ impl AgentLoop {
 
     /// The result of [`Action::FetchSecrets`]: one fact per key asked for, `None` when missing.
     pub fn fetched_secrets(&mut self, result: Result<Vec<Option<Fact>>, StoreError>) {
-        let mut names = Vec::new();
-        if !self.store_done(|op| match op {
-            StoreOp::FetchSecrets(n) => {
-                names.clone_from(n);
-                true
-            }
-            _ => false,
-        }) {
+        let Some(StoreOp::FetchSecrets(names)) =
+            self.store_done(|op| matches!(op, StoreOp::FetchSecrets(_)))
+        else {
             return;
-        }
+        };
         if !self.is_connected() {
             return;
         }
@@ -195,7 +187,7 @@ impl AgentLoop {
     /// The result of [`Action::RenewLease`]. A lease that expired, or a store that cannot be
     /// reached, means registering again.
     pub fn renewed(&mut self, result: Result<(), StoreError>) {
-        if !self.store_done(|op| *op == StoreOp::Renew) {
+        if self.store_done(|op| *op == StoreOp::Renew).is_none() {
             return;
         }
         let Link::Live {
@@ -218,16 +210,10 @@ impl AgentLoop {
 
     /// The result of [`Action::Report`].
     pub fn reported(&mut self, result: Result<(), StoreError>) {
-        let mut applied = Vec::new();
-        if !self.store_done(|op| match op {
-            StoreOp::Report(a) => {
-                applied = std::mem::take(a);
-                true
-            }
-            _ => false,
-        }) {
+        let Some(StoreOp::Report(applied)) = self.store_done(|op| matches!(op, StoreOp::Report(_)))
+        else {
             return;
-        }
+        };
         if !self.is_connected() {
             return; // the next list reads what the store holds
         }

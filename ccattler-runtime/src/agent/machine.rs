@@ -353,13 +353,14 @@ impl AgentLoop {
         None
     }
 
-    /// Clears the store lane if the op in flight is the one `matches` expects.
-    pub(super) fn store_done(&mut self, matches: impl FnOnce(&mut StoreOp) -> bool) -> bool {
-        let matched = self.store_busy.as_mut().is_some_and(matches);
-        if matched {
-            self.store_busy = None;
+    /// Clears the store lane and hands back the op in flight, if it is the one `matches`
+    /// expects (a result of another action leaves the lane as it is).
+    pub(super) fn store_done(&mut self, matches: impl FnOnce(&StoreOp) -> bool) -> Option<StoreOp> {
+        if self.store_busy.as_ref().is_some_and(matches) {
+            self.store_busy.take()
+        } else {
+            None
         }
-        matched
     }
 
     /// Asks for what one placement needs: its version's spec, and the secrets it names.

@@ -26,7 +26,7 @@ use ccattler_core::schema::format_duration;
 use ccattler_testkit::cluster::NodeSpec;
 use ccattler_testkit::sim::{Chaos, FaultRates, Keep, Simulation, SimulationBuilder, Summary};
 
-use super::check::check_file;
+use super::check::compile_or_report;
 use super::flags::parse_time;
 use super::shape::ShapeArgs;
 use super::{CliError, EXIT_FAILURE, read_source};
@@ -159,12 +159,7 @@ impl ChaosArgs {
 /// [`CliError::Read`] when the file cannot be read.
 pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
     let file = read_source(&args.file)?;
-    let (compiled, diagnostics) = check_file(&file);
-    if !diagnostics.is_empty() {
-        eprint!("{diagnostics}");
-    }
-    let Some(compiled) = compiled else {
-        eprintln!("{}: has errors; nothing was simulated", file.name());
+    let Some(compiled) = compile_or_report(&file, "simulated") else {
         return Ok(ExitCode::from(EXIT_FAILURE));
     };
     let builder = args.builder(compiled.to_facts());

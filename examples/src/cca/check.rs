@@ -51,6 +51,20 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     }
 }
 
+/// The records of `file` for a command that acts on it: every diagnostic is printed to stderr
+/// (warnings too), and with any error `None`, after a line saying that nothing was `done`
+/// ("started", "simulated").
+pub fn compile_or_report(file: &SourceFile, done: &str) -> Option<Compiled> {
+    let (compiled, diagnostics) = check_file(file);
+    if !diagnostics.is_empty() {
+        eprint!("{diagnostics}");
+    }
+    if compiled.is_none() {
+        eprintln!("{}: has errors; nothing was {done}", file.name());
+    }
+    compiled
+}
+
 /// Parses, checks and compiles `file`: the records when there is no error, and every diagnostic
 /// (warnings included, which [`lang::check()`] drops on success).
 pub fn check_file(file: &SourceFile) -> (Option<Compiled>, Diagnostics) {

@@ -28,7 +28,7 @@ use ccattler_controllers::lang::{Compiled, SourceFile};
 use ccattler_core::schema::{ProbeCheck, format_duration};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use super::check::check_file;
+use super::check::compile_or_report;
 use super::cluster::{DevCluster, DevConfig, RuntimeKind};
 use super::display::Display;
 use super::flags::parse_time;
@@ -109,12 +109,7 @@ enum Outcome {
 /// [`CliError`] when the file cannot be read or the cluster cannot start or fails.
 pub fn run(args: &DevArgs) -> Result<ExitCode, CliError> {
     let file = read_source(&args.file)?;
-    let (compiled, diagnostics) = check_file(&file);
-    if !diagnostics.is_empty() {
-        eprint!("{diagnostics}");
-    }
-    let Some(compiled) = compiled else {
-        eprintln!("{}: has errors; nothing was started", file.name());
+    let Some(compiled) = compile_or_report(&file, "started") else {
         return Ok(ExitCode::from(EXIT_FAILURE));
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
