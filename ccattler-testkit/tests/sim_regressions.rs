@@ -53,7 +53,7 @@ fn a_bad_deploy_never_takes_the_old_ready_instances_down() {
         "converged on version 1"
     );
     let mut lowest = usize::MAX;
-    while sim.now() < sec(90) {
+    while sim.now() < sec(90) && sim.violation().is_none() {
         sim.run_until(sim.now() + Duration::from_millis(100));
         lowest = lowest.min(ready(&sim.snapshot().expect("snapshot")));
     }
@@ -75,6 +75,8 @@ fn a_bad_deploy_never_takes_the_old_ready_instances_down() {
 /// Measured by hand: two 4-cpu nodes, 5 instances of 1 cpu (3/2); n2's agent and instances
 /// killed; n1 runs 4 and 1 is unplaced; when n2 came back empty, n1 dropped to 3 at once while
 /// n2 still ran nothing. Now nothing that serves stops before the returning node reports.
+/// (Here the returning agent reports before the controllers act, so this run passes with the
+/// old rule too; scenario 017 is the one that fails without the fix, on the order that hurt.)
 #[test]
 fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
     let crash = Fault {
@@ -97,6 +99,7 @@ fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
             Memory::from_bytes(8 << 30),
         ))
         .lease_ttl(sec(3))
+        .start_delay(sec(5)) // slow starts (image pulls) are what made the dip last
         .schedule(Schedule {
             faults: vec![crash],
         })
@@ -112,23 +115,16 @@ fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
         "n1 took what fits"
     );
     assert_eq!(ready(&during), 4);
+    assert_eq!(sim.running("web"), 4);
+    // What really runs, not what the store says: the bug trusted the store's old reports.
     let mut lowest = usize::MAX;
-    while sim.now() < sec(60) {
-        sim.run_until(sim.now() + Duration::from_millis(50));
-        lowest = lowest.min(ready(&sim.snapshot().expect("snapshot")));
+    while sim.now() < sec(60) && sim.violation().is_none() {
+        sim.run_until(sim.now() + Duration::from_millis(10));
+        lowest = lowest.min(sim.running("web"));
     }
     assert!(sim.violation().is_none(), "{:?}", sim.violation());
-    assert_eq!(lowest, 4, "no dip below what served while n2 was away");
+    assert_eq!(lowest, 4, "no dip below what ran while n2 was away");
     let report = sim.run();
-    if std::env::var("DUMP").is_ok() {
-        for line in report
-            .trace
-            .lines()
-            .filter(|l| l.contains("instances") || l.contains("chaos"))
-        {
-            eprintln!("{line}");
-        }
-    }
     assert!(report.passed(), "{}", report.explain());
 }
 
@@ -159,7 +155,8 @@ fn an_outage_longer_than_the_lease_replaces_nothing_while_most_nodes_look_dead()
     // than half the nodes have rejoined.
     let nodes = ["n1", "n2", "n3", "n4"];
     let mut seen = before.clone();
-    while sim.now() < sec(80) + sec(5) / 3 + Duration::from_millis(500) {
+    while sim.now() < sec(80) + sec(5) / 3 + Duration::from_millis(500) && sim.violation().is_none()
+    {
         sim.run_until(sim.now() + Duration::from_millis(10));
         let now = sim.snapshot().expect("snapshot");
         if nodes.iter().filter(|n| now.node_alive(n)).count() * 2 < nodes.len() {

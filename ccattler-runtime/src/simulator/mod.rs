@@ -88,6 +88,18 @@ impl SimulatorRuntime {
         self.table.lock().instances.get(id).map(|i| i.state.clone())
     }
 
+    /// The ids of the instances of `service` that run now (the truth, even while observations
+    /// are stale), in id order.
+    pub fn running_of(&self, service: &str) -> Vec<String> {
+        self.table
+            .lock()
+            .instances
+            .values()
+            .filter(|i| i.spec.service == service && i.state == InstanceState::Running)
+            .map(|i| i.spec.id.clone())
+            .collect()
+    }
+
     /// The spec instance `id` was last started with, if the simulator knows it.
     pub fn spec(&self, id: &str) -> Option<InstanceSpec> {
         self.table.lock().instances.get(id).map(|i| i.spec.clone())

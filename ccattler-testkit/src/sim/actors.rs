@@ -17,7 +17,7 @@ use rand::Rng;
 
 use super::MakeController;
 use super::check::{self, Invariant};
-use super::world::{Input, Request, World};
+use super::world::{Event, Input, Request, World};
 
 /// The wall-clock time virtual time zero stands for, as controllers see it.
 pub const EPOCH: Duration = Duration::from_secs(1_700_000_000);
@@ -98,6 +98,8 @@ pub(crate) struct NodeActor {
     pub disk: Desired,
     /// Images whose network probes fail on this node (kept across a wipe).
     pub failing_images: Vec<String>,
+    /// How long an instance stays starting (an image pull, a slow boot).
+    pub start_delay: Duration,
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
@@ -112,6 +114,7 @@ impl NodeActor {
             machine: None,
             disk: Desired::default(),
             failing_images: Vec::new(),
+            start_delay: Duration::ZERO,
             incarnation: 0,
             watch_generation: 0,
             wake: None,
@@ -326,6 +329,12 @@ impl World {
                 }
                 AgentAction::EnsureRunning { spec } => {
                     let here = n.name.clone();
+                    if !n.start_delay.is_zero() {
+                        n.runtime.faults().slow_start(spec.id.clone());
+                        let at = now + n.start_delay;
+                        let id = spec.id.clone();
+                        self.agenda.push(at, Event::Started { node: actor, id });
+                    }
                     let elsewhere = self.actors.iter().find_map(|other| match other {
                         Actor::Node(o) if o.name != here && o.machine.is_some() => o
                             .runtime

@@ -37,7 +37,8 @@
 //!   renewal or report) takes 1 to 5 ms to arrive, is executed on arrival, and its answer takes
 //!   1 to 5 ms back. A watch event takes 1 to 5 ms to reach its watcher, never overtaking the
 //!   one before it. A watch is opened at once.
-//! - **Work.** A reconcile takes 1 ms; a runtime operation 1 to 5 ms.
+//! - **Work.** A reconcile takes 1 ms; a runtime operation 1 to 5 ms; a start, as long as
+//!   [`start_delay`](SimulationBuilder::start_delay) says (none by default).
 //! - **Start.** The user's apply happens within the first second; nodes boot within the first
 //!   two seconds, in an order the seed decides, so a node may register after the apply.
 //! - **Faults.** Drawn from [`FaultRates`] into a [`Schedule`] over
@@ -125,6 +126,7 @@ pub struct SimulationBuilder {
     later: Vec<(Duration, DesiredFacts)>,
     failing_images: Vec<String>,
     outages: Vec<(Duration, Duration)>,
+    start_delay: Duration,
     replicas: usize,
     fenced: bool,
     seed: u64,
@@ -190,6 +192,13 @@ impl SimulationBuilder {
     /// but never serves.
     pub fn failing_probes(mut self, image: impl Into<String>) -> Self {
         self.failing_images.push(image.into());
+        self
+    }
+
+    /// Makes every start take `delay` on every node: the instance stays starting that long (an
+    /// image pull, a slow boot). Default: none, an instance runs at once.
+    pub fn start_delay(mut self, delay: Duration) -> Self {
+        self.start_delay = delay;
         self
     }
 

@@ -11,7 +11,7 @@ use ccattler_runtime::agent::AgentConfig;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::actors::{ControllerActor, NodeActor};
+use super::actors::{Actor, ControllerActor, NodeActor};
 use super::faults::Schedule;
 use super::world::{self, Event, World};
 use super::{
@@ -50,6 +50,7 @@ impl Simulation {
             later: Vec::new(),
             failing_images: Vec::new(),
             outages: Vec::new(),
+            start_delay: Duration::ZERO,
             replicas: 1,
             fenced: true,
             seed: 0,
@@ -117,17 +118,12 @@ impl Simulation {
             }
         }
         for (node, boot) in &builder.nodes {
-            let mut config = AgentConfig::new(node.name(), format!("/sim/{}", node.name()))
-                .lease_ttl(builder.lease_ttl);
-            config.cpu = node.status.cpu;
-            config.memory = node.status.memory;
-            config.labels = node.status.labels.clone();
-            config.taints = node.status.taints.clone();
-            config.zone = node.status.zone.clone();
-            config.architecture = node.status.architecture.clone();
-            config.address = node.status.address.clone();
+            let config =
+                AgentConfig::for_status(node.status.clone(), format!("/sim/{}", node.name()))
+                    .lease_ttl(builder.lease_ttl);
             let mut actor = NodeActor::new(config);
             actor.failing_images = builder.failing_images.clone();
+            actor.start_delay = builder.start_delay;
             actor.apply_failing_images();
             let index = world.add_node(actor);
             let at = boot.unwrap_or_else(|| Duration::from_millis(rng.random_range(0..2_000)));
@@ -172,7 +168,9 @@ impl Simulation {
         self.world.violation.as_ref()
     }
 
-    /// Handles every event due by `at` (or until an invariant breaks) and moves the clock there.
+    /// Handles every event due by `at` and moves the clock there. An invariant that breaks stops
+    /// the simulation where it broke: the clock stays there, so a loop stepping to a later time
+    /// must also stop on [`violation`](Self::violation).
     pub fn run_until(&mut self, at: Duration) {
         while self.world.fatal.is_none() && self.world.violation.is_none() && self.world.step(at) {}
         if self.world.violation.is_none() {
@@ -227,6 +225,21 @@ impl Simulation {
 
     fn converged(&self) -> bool {
         self.snapshot().is_some_and(|s| s.is_converged())
+    }
+
+    /// How many instances of `service` really run now on nodes whose machine is up: the
+    /// simulators' truth, not what the store says.
+    pub fn running(&self, service: &str) -> usize {
+        self.world
+            .actors
+            .iter()
+            .filter_map(|actor| match actor {
+                Actor::Node(node) if node.machine.is_some() => {
+                    Some(node.runtime.running_of(service).len())
+                }
+                _ => None,
+            })
+            .sum()
     }
 
     /// The whole store now.

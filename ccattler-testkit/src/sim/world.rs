@@ -80,6 +80,8 @@ pub(crate) enum Event {
     NodeReturns { node: usize, wipe: bool },
     /// A node's runtime tells the truth again after a stale observation.
     FreshObservation(usize),
+    /// A slow start on a node is over: the instance runs (or exits).
+    Started { node: usize, id: String },
     /// A replica's election deadline.
     ReplicaWake(usize),
     /// A replica's campaign reaches the store.
@@ -256,6 +258,11 @@ impl World {
             Event::Boot(node) => self.boot(node),
             Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
             Event::FreshObservation(node) => self.fresh_observation(node),
+            Event::Started { node, id } => {
+                if let Actor::Node(n) = &self.actors[node] {
+                    n.runtime.faults().release(&id);
+                }
+            }
             Event::ReplicaWake(index) => self.step_replica(index),
             Event::Campaign(index) => self.campaign(index),
             Event::Renew(index, lease) => self.renew(index, lease),
