@@ -89,6 +89,7 @@ fn cluster(nodes: usize) -> FactView {
                 version: version.clone(),
                 ordinal: None,
                 state: DesiredState::Running,
+                replaces: None,
             };
             view.insert(fact(
                 schema::keys::instance(&id).expect("key"),

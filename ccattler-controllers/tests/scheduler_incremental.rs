@@ -122,6 +122,7 @@ fn put_instance(view: &mut FactView, s: usize, k: usize, state: DesiredState) {
         version: "v1".into(),
         ordinal: None,
         state,
+        replaces: None,
     };
     let key = schema::keys::instance(&format!("svc{s}-{k:03}")).expect("key");
     view.insert(fact(key, schema::encode(&desired)));

@@ -19,7 +19,7 @@ use imbl::{OrdMap, OrdSet};
 
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
-    Memory, NodeStatus, ObservedState, RestartPolicy, ServiceSpec,
+    Memory, NodeStatus, ObservedState, RebalanceMove, RestartPolicy, ServiceSpec,
 };
 use ccattler_core::{Fact, FactView, Key, Revision};
 
@@ -174,6 +174,8 @@ pub struct Cluster {
     pub placements: OrdMap<String, (String, Key, Revision)>,
     /// What placed instances reserve, per node (resources of their service's current spec).
     pub usage: OrdMap<String, Usage>,
+    /// The scheduler's suggested move per service (`status/rebalance/{svc}`).
+    pub moves: OrdMap<String, RebalanceMove>,
     /// Keys whose value did not decode.
     pub invalid: OrdSet<Key>,
     desired: OrdMap<String, (DesiredInstance, Key, Revision)>,
@@ -267,6 +269,12 @@ impl Cluster {
             match self.decode::<EffectiveService>(key, fact) {
                 Some(e) => self.effective.insert(name.to_owned(), e),
                 None => self.effective.remove(name),
+            };
+        } else if let Some(name) = key.strip_prefix(schema::REBALANCE) {
+            self.touched.insert(name.to_owned());
+            match self.decode::<RebalanceMove>(key, fact) {
+                Some(m) => self.moves.insert(name.to_owned(), m),
+                None => self.moves.remove(name),
             };
         } else if let Some(node) = key.strip_prefix(schema::NODE_LEASES) {
             match fact {

@@ -35,6 +35,7 @@ fn world() -> FactView {
             version: "v".into(),
             ordinal: None,
             state: DesiredState::Running,
+            replaces: None,
         };
         view.insert(fact(
             keys::instance(&id).unwrap(),
@@ -216,6 +217,7 @@ fn an_ended_report_counts_for_forgetting_even_when_stale() {
         version: "v".into(),
         ordinal: None,
         state: DesiredState::Stopped,
+        replaces: None,
     };
     view.insert(fact(
         keys::instance("web-1").unwrap(),
@@ -318,6 +320,7 @@ mod model {
                         } else {
                             DesiredState::Stopped
                         },
+                        replaces: None,
                     })
                 }),
             ),

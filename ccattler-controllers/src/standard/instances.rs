@@ -1,10 +1,11 @@
 //! [`InstanceController`]: keeps the right number of current-version instances of each service.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{
-    self, DesiredInstance, DesiredState, EffectiveService, RestartPolicy, UpdatePolicy,
+    self, DesiredInstance, DesiredState, EffectiveService, RebalanceMove, RestartPolicy,
+    UpdatePolicy,
 };
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
@@ -81,6 +82,26 @@ use super::cluster::{Instance, Standing};
 /// ready old instances: with `max_unavailable 0` every old ready instance keeps running, and the
 /// rollout waits (at most `max_extra` new instances exist) until new instances become ready.
 ///
+/// # Rebalancing
+///
+/// The scheduler suggests one move per skewed service (`status/rebalance/{svc}`, a
+/// [`RebalanceMove`]: an instance on a node holding at least two more than the node a new
+/// instance would go to). A move starts only when the service is settled: no old version left,
+/// exactly the count present, all ready on live nodes, the suggested instance still on the
+/// suggested node, that node still holding two more than the target, no other move in progress,
+/// `max_extra` at least 1, and not a stateful service (its instances have identities). Then:
+///
+/// 1. one new instance is created that [`replaces`](DesiredInstance::replaces) the suggested one;
+///    the scheduler places it like any new instance, hence on the target or a node as good;
+/// 2. while it is not ready it is not surplus: nothing is stopped, and ready stays at the count;
+/// 3. once it is ready, the instance it replaces is stopped (never before). Should the new one
+///    fail or end first, it is an ordinary instance again: the surplus stop removes it, and the
+///    scheduler may suggest the move again.
+///
+/// So a move never lowers the ready instances below the count and runs at most one above it.
+/// A late node thus fills up one instance at a time (5 instances on two nodes: 4/1 becomes 3/2),
+/// and with `max_extra 0` a service is never rebalanced.
+///
 /// # Stop order (stable and documented)
 ///
 /// Ended instances first, then unplaced, then not yet running (or of unknown state: stale),
@@ -118,6 +139,7 @@ impl Controller for InstanceController {
             schema::PLACEMENTS.into(),
             schema::OBSERVED_INSTANCES.into(),
             schema::NODE_LEASES.into(),
+            schema::REBALANCE.into(),
         ]
     }
 
@@ -132,7 +154,7 @@ impl Controller for InstanceController {
     ) -> Result<Vec<Change>, ReconcileError> {
         let (cluster, to_plan) = self.cache.begin(facts);
         let mut changes = Vec::new();
-        let mut with_changes = std::collections::BTreeSet::new();
+        let mut with_changes = BTreeSet::new();
         for service in &to_plan {
             let service = service.as_str();
             let before = changes.len();
@@ -140,6 +162,7 @@ impl Controller for InstanceController {
             let spec = cluster.services.get(service);
             let plan = ServicePlan {
                 hold_lost: cluster.most_nodes_dead(),
+                suggested: cluster.moves.get(service),
                 service,
                 restart: spec.map(|s| s.restart).unwrap_or_default(),
                 update: spec.map(|s| s.update).unwrap_or_default(),
@@ -162,6 +185,8 @@ impl Controller for InstanceController {
 struct ServicePlan<'a> {
     /// Most nodes look dead at once: their instances are held, not replaced.
     hold_lost: bool,
+    /// The scheduler's suggested move for the service, if any.
+    suggested: Option<&'a RebalanceMove>,
     service: &'a str,
     restart: RestartPolicy,
     update: UpdatePolicy,
@@ -214,28 +239,28 @@ impl ServicePlan<'_> {
             self.create_ordinals(effective, target, create, changes)?;
         } else {
             for _ in 0..create {
-                let id = format!("{}-{}", id_base(self.service), ctx.new_id());
-                changes.push(Change::put(
-                    schema::keys::instance(&id)?,
-                    schema::encode(&DesiredInstance {
-                        service: self.service.to_owned(),
-                        version: effective.version.clone(),
-                        ordinal: None,
-                        state: DesiredState::Running,
-                    }),
-                ));
+                changes.push(self.new_instance(effective, ctx, None)?);
             }
         }
+
+        // Rebalancing moves in progress: a new instance not ready yet is not surplus; once it
+        // is, the instance it replaces is stopped.
+        let moving = self.moves_in_progress(&present, changes);
+        let counted: Vec<&Instance> = present
+            .iter()
+            .copied()
+            .filter(|i| !moving.contains(i.id.as_str()))
+            .collect();
 
         // Stop the surplus of current instances. While some are stale (their node registered
         // again and has not reported yet) the real surplus is unknown: of the picks, the stale
         // ones wait, and so do ready ones unless more than `target` stay ready.
         let ready = |list: &[&Instance]| list.iter().filter(|i| i.is_ready()).count();
-        if present.len() > target {
-            let surplus = present.len() - target;
-            let waiting = present.iter().any(|i| i.is_stale());
-            let mut ready_left = ready(&present);
-            for instance in self.stop_order(&present).into_iter().take(surplus) {
+        if counted.len() > target {
+            let surplus = counted.len() - target;
+            let waiting = counted.iter().any(|i| i.is_stale());
+            let mut ready_left = ready(&counted);
+            for instance in self.stop_order(&counted).into_iter().take(surplus) {
                 if waiting && instance.is_stale() {
                     continue;
                 }
@@ -247,6 +272,11 @@ impl ServicePlan<'_> {
                 }
                 stop(instance, changes);
             }
+        }
+
+        // Start a suggested move once the service is settled.
+        if create == 0 && moving.is_empty() && outdated.is_empty() {
+            self.start_move(effective, &present, target, ctx, changes)?;
         }
 
         // Old instances that do not count (lost, failed or ended) serve nothing: stop them.
@@ -270,6 +300,94 @@ impl ServicePlan<'_> {
                 available -= 1;
             }
             stop(instance, changes);
+        }
+        Ok(())
+    }
+
+    /// A new running instance of the effective version (taking over from `replaces`, if set).
+    fn new_instance(
+        &self,
+        effective: &EffectiveService,
+        ctx: &mut ReconcileContext<'_>,
+        replaces: Option<String>,
+    ) -> Result<Change, ReconcileError> {
+        let id = format!("{}-{}", id_base(self.service), ctx.new_id());
+        Ok(Change::put(
+            schema::keys::instance(&id)?,
+            schema::encode(&DesiredInstance {
+                service: self.service.to_owned(),
+                version: effective.version.clone(),
+                ordinal: None,
+                state: DesiredState::Running,
+                replaces,
+            }),
+        ))
+    }
+
+    /// The instances of moves in progress, which the surplus stop must leave alone: each new
+    /// instance not ready yet, and each old one whose replacement is ready (stopped here).
+    /// A new instance that ended, or whose old one is gone, is an ordinary instance.
+    fn moves_in_progress<'a>(
+        &self,
+        present: &[&'a Instance],
+        changes: &mut Vec<Change>,
+    ) -> BTreeSet<&'a str> {
+        let mut moving = BTreeSet::new();
+        for new in present {
+            let Some(old_id) = new.desired.replaces.as_deref() else {
+                continue;
+            };
+            let Some(old) = present.iter().find(|i| i.id == old_id) else {
+                continue;
+            };
+            if new.standing(self.restart) != Standing::Active {
+                continue;
+            }
+            if new.is_ready() {
+                stop(old, changes);
+                moving.insert(old.id.as_str());
+            } else {
+                moving.insert(new.id.as_str());
+            }
+        }
+        moving
+    }
+
+    /// Starts the scheduler's suggested move, if the service is settled: exactly the count
+    /// present, every one ready on a live node, the move's instance among them on the node it
+    /// names, that node still holding two more than the target, and room for one extra.
+    fn start_move(
+        &self,
+        effective: &EffectiveService,
+        present: &[&Instance],
+        target: usize,
+        ctx: &mut ReconcileContext<'_>,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ReconcileError> {
+        let Some(suggested) = self.suggested else {
+            return Ok(());
+        };
+        if self.stateful
+            || self.hold_lost
+            || self.update.max_extra == 0
+            || present.len() != target
+            || !present.iter().all(|i| i.is_ready() && i.node_alive)
+        {
+            return Ok(());
+        }
+        let on = |node: &str| {
+            present
+                .iter()
+                .filter(|i| i.node.as_deref() == Some(node))
+                .count()
+        };
+        let old = present
+            .iter()
+            .find(|i| i.id == suggested.instance && i.node.as_deref() == Some(&suggested.from));
+        if let Some(old) = old
+            && on(&suggested.from) >= on(&suggested.to) + 2
+        {
+            changes.push(self.new_instance(effective, ctx, Some(old.id.clone()))?);
         }
         Ok(())
     }
@@ -301,7 +419,7 @@ impl ServicePlan<'_> {
         mut create: usize,
         changes: &mut Vec<Change>,
     ) -> Result<(), ReconcileError> {
-        let taken: std::collections::BTreeSet<u32> = self
+        let taken: BTreeSet<u32> = self
             .instances
             .iter()
             .filter_map(|i| i.desired.ordinal)
@@ -321,6 +439,7 @@ impl ServicePlan<'_> {
                     version: effective.version.clone(),
                     ordinal: Some(ordinal),
                     state: DesiredState::Running,
+                    replaces: None,
                 }),
             ));
             create -= 1;

@@ -6,8 +6,8 @@
 //! | controller | reads | writes |
 //! |---|---|---|
 //! | [`IntentResolver`] | services, autoscaler intents | `effective/service/` |
-//! | [`InstanceController`] | effective, services, placements, observations, node leases | `desired/instance/` |
-//! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/` |
+//! | [`InstanceController`] | effective, services, placements, observations, node leases, rebalance moves | `desired/instance/` |
+//! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/`, `status/rebalance/` |
 //! | [`EndpointController`] | services, instances, placements, observations, node leases | `endpoint/service/` |
 //! | [`StatusController`] | services, effective, instances, placements, observations, node leases | `status/service/` |
 //!
@@ -26,6 +26,7 @@ mod instances;
 mod intent;
 mod placement;
 mod schedule_cache;
+mod spread;
 mod status;
 
 pub use cache::{ClusterCache, PlanCache};

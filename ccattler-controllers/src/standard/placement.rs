@@ -9,10 +9,12 @@ use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileErr
 
 use super::cluster::Cluster;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
+use super::spread;
 use crate::scheduler::{LiveIndex, Placed, Request};
 
-/// Writes `placement/{node}/{id}` for every running instance without one, and
-/// `status/unschedulable/{id}` with the reason for those that fit nowhere.
+/// Writes `placement/{node}/{id}` for every running instance without one,
+/// `status/unschedulable/{id}` with the reason for those that fit nowhere, and
+/// `status/rebalance/{svc}` for services whose spread should even out.
 ///
 /// # Node failure
 ///
@@ -22,6 +24,16 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 /// stops the surplus, starting on the most crowded node, which evens the spread out again.
 /// Moving instances is thus always "start the new, then stop the old", never a placement
 /// rewritten under a running instance.
+///
+/// # Rebalancing
+///
+/// A service left skewed (placed while few nodes were up) gets a `status/rebalance/{svc}`
+/// record naming one instance to move, which the instance controller performs new-before-old.
+/// The rule, and why moves end where a fresh placement would put the service, are in
+/// [`RebalanceMove`](ccattler_core::schema::RebalanceMove) and the `spread` module's docs: a
+/// settled service gets a record while its most crowded alive node holds at least two more
+/// than the node one more instance would be placed on. Services are judged again when their
+/// instances, spec or record change, and all of them when a node comes, goes or changes.
 ///
 /// # Guarantees
 ///
@@ -72,7 +84,11 @@ impl Controller for SchedulerController {
     }
 
     fn write_domain(&self) -> Vec<String> {
-        vec![schema::PLACEMENTS.into(), schema::UNSCHEDULABLE.into()]
+        vec![
+            schema::PLACEMENTS.into(),
+            schema::UNSCHEDULABLE.into(),
+            schema::REBALANCE.into(),
+        ]
     }
 
     fn reconcile(
@@ -85,10 +101,27 @@ impl Controller for SchedulerController {
                 cluster,
                 index,
                 pending,
+                spread_changed,
+                spread_pending,
                 ..
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
             plan(cluster, index, facts, &mut changes)?;
+            let services = spread_changed.take().unwrap_or_else(|| {
+                let records = facts.scan(schema::REBALANCE);
+                let named = records.filter_map(|f| f.key.strip_prefix(schema::REBALANCE));
+                let specs = cluster.services.keys().map(String::as_str);
+                specs.chain(named).map(str::to_owned).collect()
+            });
+            let before = changes.len();
+            let names = services.iter().map(String::as_str);
+            spread::suggest(cluster, index, facts, names, &mut changes)?;
+            spread_pending.extend(
+                changes[before..]
+                    .iter()
+                    .filter_map(|c| c.key().strip_prefix(schema::REBALANCE))
+                    .map(str::to_owned),
+            );
             Ok(changes)
         })
     }

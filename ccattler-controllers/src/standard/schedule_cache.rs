@@ -21,6 +21,13 @@ pub(crate) struct ScheduleState {
     pub index: LiveIndex,
     /// Instances whose placement did not mirror their desired record in the last pass.
     pub pending: BTreeSet<String>,
+    /// The services whose rebalancing suggestion may have changed since the last pass, or
+    /// `None` for every service: after a fresh read, and whenever a node's status, liveness or
+    /// reservation changed (where one more instance of any service would go may differ).
+    pub spread_changed: Option<BTreeSet<String>>,
+    /// Services whose suggestion the last pass rewrote: judged again, should the write not
+    /// have been committed.
+    pub spread_pending: BTreeSet<String>,
 }
 
 /// Keeps a [`ScheduleState`] in step with the snapshots the scheduler controller is handed.
@@ -53,6 +60,10 @@ impl ScheduleCache {
             None => read(view),
         };
         check.extend(std::mem::take(&mut state.pending));
+        let rewritten = std::mem::take(&mut state.spread_pending);
+        if let Some(changed) = state.spread_changed.as_mut() {
+            changed.extend(rewritten);
+        }
         let out = pass(&mut state, check)?;
         *self.last.lock() = Some(state);
         Ok(out)
@@ -83,6 +94,8 @@ fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
         cluster,
         index,
         pending: BTreeSet::new(),
+        spread_changed: None,
+        spread_pending: BTreeSet::new(),
     };
     (state, check)
 }
@@ -92,9 +105,13 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     let mut nodes = BTreeSet::new();
     let mut services = BTreeSet::new();
+    let mut spread = BTreeSet::new();
     for (key, _, new) in view.changes_since(&state.view) {
         state.cluster.apply(key, new);
         classify(key, &mut ids, &mut nodes, &mut services);
+        if let Some(service) = key.strip_prefix(schema::REBALANCE) {
+            spread.insert(service.to_owned());
+        }
     }
     state.cluster.take_touched();
     let cluster = &state.cluster;
@@ -110,7 +127,11 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
         if let Some((_, node)) = index.set_instance(id, now) {
             nodes.insert(node);
         }
+        if let Some(instance) = cluster.instances.get(id) {
+            spread.insert(instance.desired.service.clone());
+        }
     }
+    spread.extend(services.iter().cloned());
     // A service's resources changed: so did the reservation of every node holding it.
     for service in &services {
         nodes.extend(index.nodes_of(service));
@@ -123,6 +144,7 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
             reserved(cluster, name),
         );
     }
+    state.spread_changed = nodes.is_empty().then_some(spread);
     state.view = view.clone();
     ids
 }

@@ -46,6 +46,28 @@ pub struct DesiredInstance {
     /// Running, or asked to stop.
     #[serde(default)]
     pub state: DesiredState,
+    /// The instance this one was created to take over from, in a rebalancing move (see
+    /// [`RebalanceMove`]): while it is not ready it is not counted as surplus, and once it is
+    /// ready the instance it replaces is stopped. `None` for every other instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
+}
+
+/// `status/rebalance/{svc}`: a move the scheduler suggests to even out a service's spread.
+///
+/// Written while one node holds at least two instances of the service more than the node one
+/// more instance would be placed on, and deleted once no such node is left. The instance
+/// controller performs it start-new-then-stop-old: it creates one instance that
+/// [`replaces`](DesiredInstance::replaces) `instance`, which the scheduler places like any new
+/// one (on `to`, or a node as good), and stops `instance` once the new one is ready.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebalanceMove {
+    /// The instance to move: the newest on the most crowded node.
+    pub instance: String,
+    /// The node it runs on now.
+    pub from: String,
+    /// Where one more instance of the service would be placed now.
+    pub to: String,
 }
 
 /// `placement/{node}/{id}`: the instance is assigned to that node.

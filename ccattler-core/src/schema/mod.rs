@@ -22,6 +22,7 @@
 //! | `endpoint/service/{svc}` | [`Endpoints`] | endpoint controller |
 //! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
 //! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
+//! | `status/rebalance/{svc}` | [`RebalanceMove`] | scheduler |
 //!
 //! Service names are paths (`team/web`), so they may span several key segments; node names and
 //! instance ids are single segments. Placements and observations are keyed by node first, so an
@@ -42,7 +43,8 @@ mod volume;
 
 pub use cluster::{
     Assignment, DesiredInstance, DesiredState, EffectiveService, Endpoints, Health,
-    InstanceObservation, NodeStatus, ObservedState, ScaleIntent, ServiceStatus, Unschedulable,
+    InstanceObservation, NodeStatus, ObservedState, RebalanceMove, ScaleIntent, ServiceStatus,
+    Unschedulable,
 };
 pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
 pub use quantity::{Cpu, Memory};
@@ -88,6 +90,8 @@ pub const ENDPOINTS: &str = "endpoint/service/";
 pub const SERVICE_STATUS: &str = "status/service/";
 /// Prefix of [`Unschedulable`] reasons.
 pub const UNSCHEDULABLE: &str = "status/unschedulable/";
+/// Prefix of [`RebalanceMove`]s.
+pub const REBALANCE: &str = "status/rebalance/";
 
 /// Key helpers: the key of each record.
 ///
@@ -152,6 +156,10 @@ pub mod keys {
     /// `status/unschedulable/{id}`.
     pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
         Key::join(UNSCHEDULABLE, [segment(id)?])
+    }
+    /// `status/rebalance/{svc}`.
+    pub fn rebalance(service: &str) -> Result<Key, KeyError> {
+        Key::join(REBALANCE, [service])
     }
 
     /// Node names and instance ids are single key segments.

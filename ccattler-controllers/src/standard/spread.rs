@@ -1,0 +1,120 @@
+//! The scheduler controller's rebalancing suggestions: `status/rebalance/{svc}` records.
+//!
+//! Placements are never rewritten under a running instance, so a service placed while few nodes
+//! were up (a node that registered after the apply, or came back after its instances were
+//! replaced elsewhere) keeps its skew unless something moves it. The scheduler says what to move
+//! and the instance controller moves it, starting the new instance before stopping the old one:
+//! see [`RebalanceMove`] and the instance controller's "Rebalancing".
+//!
+//! # The rule
+//!
+//! For a *settled* service (every instance placed, none stopping, all of one version), let
+//! `from` be the alive node holding the most of its instances (ties: the smaller name) and `to`
+//! the node one more instance would be placed on now, by the scheduler's own ranking. If `from`
+//! holds at least two more than `to`, the record names the newest instance on `from`; otherwise
+//! there is no record. Each move lowers the sum of squared per-node counts, so moves end, and
+//! they end where placing the service again would put it: no node holds two more than where the
+//! next instance would go.
+//!
+//! A service that is not settled keeps its record as it is (a move in progress, a rollout, a
+//! node failure: the instance controller acts only on settled services anyway); a service with
+//! no spec loses it.
+
+use std::collections::BTreeMap;
+
+use ccattler_core::schema::{self, RebalanceMove};
+use ccattler_core::{Change, FactView, ReconcileError};
+
+use super::cluster::Cluster;
+use crate::scheduler::{LiveIndex, Request};
+
+/// The id of the request that asks where one more instance would go; never a real instance id
+/// (those are single key segments without NUL).
+const PROBE: &str = "\0next";
+
+/// Writes or deletes `status/rebalance/{svc}` for each of `services`, as the module docs say.
+pub(super) fn suggest<'s>(
+    cluster: &Cluster,
+    index: &mut LiveIndex,
+    facts: &FactView,
+    services: impl IntoIterator<Item = &'s str>,
+    changes: &mut Vec<Change>,
+) -> Result<(), ReconcileError> {
+    for service in services {
+        let key = schema::keys::rebalance(service)?;
+        let held = facts.get(key.as_str());
+        let wanted = match settled_move(cluster, index, service) {
+            Settled::Move(m) => Some(schema::encode(&m)),
+            Settled::Balanced => None,
+            Settled::No => continue,
+        };
+        match (held, wanted) {
+            (Some(fact), Some(value)) if fact.value == value => {}
+            (_, Some(value)) => changes.push(Change::put(key, value)),
+            (Some(_), None) => changes.push(Change::delete(key)),
+            (None, None) => {}
+        }
+    }
+    Ok(())
+}
+
+enum Settled {
+    /// Settled and skewed.
+    Move(RebalanceMove),
+    /// Settled and even (or gone).
+    Balanced,
+    /// Not settled: leave the record alone.
+    No,
+}
+
+fn settled_move(cluster: &Cluster, index: &mut LiveIndex, service: &str) -> Settled {
+    let Some(spec) = cluster.services.get(service) else {
+        return Settled::Balanced;
+    };
+    let mut version = None;
+    // Per alive node: (count, newest instance id).
+    let mut per_node: BTreeMap<&str, (u32, &str)> = BTreeMap::new();
+    for instance in cluster.instances_of(service) {
+        let Some(node) = instance.node.as_deref() else {
+            return Settled::No;
+        };
+        if instance.desired.state == schema::DesiredState::Stopped
+            || *version.get_or_insert(&instance.desired.version) != &instance.desired.version
+        {
+            return Settled::No;
+        }
+        if cluster.alive.contains(node) {
+            let entry = per_node.entry(node).or_insert((0, instance.id.as_str()));
+            entry.0 += 1;
+            entry.1 = entry.1.max(instance.id.as_str());
+        }
+    }
+    let Some((from, (most, newest))) = per_node
+        .iter()
+        .max_by(|(a, (ca, _)), (b, (cb, _))| ca.cmp(cb).then_with(|| b.cmp(a)))
+    else {
+        return Settled::Balanced;
+    };
+    if *most < 2 {
+        return Settled::Balanced;
+    }
+    let probe = Request {
+        instance: PROBE,
+        service,
+        resources: spec.resources,
+        placement: &spec.placement,
+    };
+    let placed = index.place(&[probe]);
+    let Some(to) = placed.placements.get(PROBE) else {
+        return Settled::Balanced; // nowhere has room for one more: nothing can move
+    };
+    let there = per_node.get(to.as_str()).map_or(0, |(count, _)| *count);
+    if *most < there + 2 {
+        return Settled::Balanced;
+    }
+    Settled::Move(RebalanceMove {
+        instance: (*newest).to_owned(),
+        from: (*from).to_owned(),
+        to: to.clone(),
+    })
+}
