@@ -1,7 +1,8 @@
 //! In-process convergence: from applying 10 services x 100 instances to all 1,000 running on 50
-//! nodes, with the real runner, MemoryStore, the standard controllers and the testkit's stand-in
-//! agents, in real time on a two-worker runtime. (The earlier Go implementation took 24 to 54 s
-//! for the same shape; the target here is at most 1 s.)
+//! nodes, with the real runner, MemoryStore, the standard controllers and one real node agent per
+//! node over a simulated runtime (the testkit's `TestCluster`; each agent keeps its cache on
+//! disk, in a temporary directory), in real time on a two-worker runtime. (The earlier Go
+//! implementation took 24 to 54 s for the same shape; the target here is at most 1 s.)
 //!
 //! `cargo bench -p ccattler-benches --bench cluster`
 

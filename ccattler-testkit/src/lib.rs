@@ -4,7 +4,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`cluster`] | [`cluster::TestCluster`]: store, runner with the standard controllers and stand-in node agents in one process |
+//! | [`cluster`] | [`cluster::TestCluster`]: store, runner with the standard controllers and real node agents over simulated runtimes, in one process |
 //! | [`faulty`] | [`faulty::FaultyStore`]: any store with partitions and lost races switched on by a test |
 //! | [`toy`] | [`toy::ReplicaController`], a small real controller for runner tests, examples and benches |
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |

@@ -1,5 +1,6 @@
-//! The standard controllers end to end: a [`TestCluster`] (MemoryStore, TokioRunner, stand-in
-//! agents) on tokio's paused clock, so every wait is virtual time and nothing flakes.
+//! The standard controllers end to end: a [`TestCluster`] (MemoryStore, TokioRunner, the real node
+//! agents over simulated runtimes) on tokio's paused clock, so every wait is virtual time and
+//! nothing flakes.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,7 +68,7 @@ async fn applied_services_are_placed_running_ready_and_reachable() {
     cluster.apply(&doc).await.expect("a valid document");
     let state = cluster.wait_converged(WAIT).await.expect("converges");
 
-    for (svc, n) in [("web", 3), ("db", 1), ("api", 2)] {
+    for (svc, n, exposed) in [("web", 3, true), ("db", 1, false), ("api", 2, true)] {
         let status = state.status(svc).expect("a status");
         assert_eq!(
             status,
@@ -85,7 +86,19 @@ async fn applied_services_are_placed_running_ready_and_reachable() {
             let observed = state.observed(node, &instance.id).expect("observed");
             assert_eq!(observed.state, ObservedState::Running);
             assert!(observed.ready);
-            addresses.push(observed.address.expect("an address"));
+            let running = cluster.simulator(node).expect("a node").running_of(svc);
+            assert!(
+                running.contains(&instance.id),
+                "it runs in {node}'s simulator"
+            );
+            if exposed {
+                // Each instance serves on its node's address, on a port of its own.
+                let address = observed.address.expect("an address");
+                assert!(address.starts_with(&format!("{node}:")), "{address}");
+                addresses.push(address);
+            } else {
+                assert_eq!(observed.address, None, "{svc} exposes no port");
+            }
         }
         addresses.sort();
         assert_eq!(
@@ -136,6 +149,12 @@ async fn a_killed_node_is_replaced_and_the_spread_evens_out_when_it_returns() {
             "a crashed node's facts stay"
         );
     }
+    let n2 = cluster.simulator("n2").expect("a node").clone();
+    let still_running: BTreeSet<String> = n2.running_of("web").into_iter().collect();
+    assert_eq!(
+        still_running, on_n2,
+        "the agent process died, its workloads did not"
+    );
 
     cluster.restart_node("n2");
     let after = cluster
@@ -151,6 +170,14 @@ async fn a_killed_node_is_replaced_and_the_spread_evens_out_when_it_returns() {
         kept, on_n2,
         "n2's instances were re-adopted; n1's surplus went"
     );
+    for id in &on_n2 {
+        let observed = after.observed("n2", id).expect("reported again");
+        assert_eq!(
+            (observed.state, observed.restarts),
+            (ObservedState::Running, 0),
+            "{id} was adopted as it ran, not restarted"
+        );
+    }
     cluster.shutdown().await;
 }
 
@@ -169,7 +196,17 @@ async fn a_partitioned_node_is_replaced_once_its_lease_expires() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = cluster.snapshot().await;
     assert!(during.node_alive("n2"), "the lease still holds");
+    assert!(!cluster.agent_running("n2"));
     assert_eq!(during.spread("web"), spread(&[("n1", 2), ("n2", 2)]));
+    assert_eq!(
+        cluster
+            .simulator("n2")
+            .expect("a node")
+            .running_of("web")
+            .len(),
+        2,
+        "a partitioned node's workloads keep running"
+    );
     cluster
         .wait_until(WAIT, |s| s.spread("web") == spread(&[("n1", 4)]))
         .await
@@ -276,50 +313,155 @@ async fn scale_down_follows_the_stop_order_and_nothing_is_over_created() {
     cluster.shutdown().await;
 }
 
+/// The observed state and restart count of instance `id`, wherever it is placed.
+fn seen(snapshot: &Snapshot, id: &str) -> Option<(ObservedState, u32)> {
+    let instance = snapshot.cluster().instances.get(id)?;
+    let observed = snapshot.observed(instance.node.as_deref()?, id)?;
+    Some((observed.state, observed.restarts))
+}
+
 #[tokio::test(start_paused = true)]
-async fn failed_instances_are_replaced_once_or_kept_under_restart_never() {
+async fn crashed_instances_follow_their_restart_policy() {
     let cluster = cluster(2).await;
     let keep = "service batch {\n    image busybox\n    instances 2\n    restart never\n}\n";
+    let done = "service job {\n    image busybox\n    instances 1\n    restart on_failure\n}\n";
     cluster
-        .apply(&format!("{}{keep}", service("web", 2)))
+        .apply(&format!("{}{keep}{done}", service("web", 2)))
         .await
         .expect("valid");
     let before = cluster.wait_converged(WAIT).await.expect("converges");
     let web_ids = ids(&before, "web");
     let crashed = web_ids.first().expect("an instance").clone();
     let kept = ids(&before, "batch").first().expect("an instance").clone();
+    let ended = ids(&before, "job").first().expect("an instance").clone();
+    let watched = crashed.clone();
+    let recording = cluster
+        .record(move |s| (seen(s, &watched), ids(s, "web")))
+        .await;
+    for (id, state) in [
+        (&crashed, ObservedState::Failed),
+        (&kept, ObservedState::Failed),
+        (&ended, ObservedState::Exited),
+    ] {
+        assert!(cluster.set_instance_state(id, state).await, "{id} crashes");
+    }
     assert!(
-        cluster
-            .set_instance_state(&crashed, ObservedState::Failed)
-            .await
-    );
-    assert!(
-        cluster
-            .set_instance_state(&kept, ObservedState::Failed)
-            .await
+        !cluster
+            .set_instance_state(&crashed, ObservedState::Running)
+            .await,
+        "only an end can be injected"
     );
 
-    let after = cluster
+    // restart always: its agent reports the crash and starts it again in place.
+    let back = cluster
         .wait_until(WAIT, |s| {
-            !ids(s, "web").contains(&crashed) && s.status("web").is_some_and(|st| st.ready == 2)
+            s.status("web")
+                .is_some_and(|st| st.running == 2 && st.ready == 2)
+                && s.status("batch").is_some_and(|st| st.running == 1)
+                && s.status("job").is_some_and(|st| st.running == 0)
         })
         .await
-        .expect("the failed instance is replaced and forgotten");
-    assert_eq!(
-        ids(&after, "web").difference(&web_ids).count(),
-        1,
-        "one replacement"
-    );
-    tokio::time::sleep(Duration::from_secs(5)).await;
+        .expect("web is whole again, batch and job are not restarted");
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let later = cluster.snapshot().await;
-    assert_eq!(ids(&later, "web"), ids(&after, "web"), "replaced once");
-    assert_eq!(
-        ids(&later, "batch"),
-        ids(&before, "batch"),
-        "restart never: kept"
+    let whole = ServiceStatus {
+        desired: 2,
+        present: 2,
+        running: 2,
+        ready: 2,
+        deleting: false,
+    };
+    assert_eq!(later.status("web"), Some(whole), "{}", later.summary());
+    assert_eq!(ids(&later, "web"), ids(&back, "web"), "nothing churns");
+    let history = recording.finish().await;
+    let reports: Vec<(ObservedState, u32)> = history.iter().filter_map(|(_, (o, _))| *o).collect();
+    assert!(
+        reports.contains(&(ObservedState::Failed, 0)),
+        "the crash was reported: {reports:?}"
     );
+    assert!(
+        reports.contains(&(ObservedState::Running, 1)),
+        "and the agent restarted it in place: {reports:?}"
+    );
+    let ever: BTreeSet<&String> = history.iter().flat_map(|(_, (_, ids))| ids).collect();
+    assert!(
+        ever.len() <= 3,
+        "at most one replacement besides the restart: {ever:?}"
+    );
+
+    // restart never: stays failed and still counts, so it is not recreated.
+    assert_eq!(ids(&later, "batch"), ids(&before, "batch"), "kept");
+    assert_eq!(seen(&later, &kept), Some((ObservedState::Failed, 0)));
     let batch = later.status("batch").expect("status");
     assert_eq!((batch.desired, batch.present, batch.running), (2, 2, 1));
+    // restart on_failure: a clean exit is done, not restarted and not replaced.
+    assert_eq!(ids(&later, "job"), ids(&before, "job"), "kept");
+    assert_eq!(seen(&later, &ended), Some((ObservedState::Exited, 0)));
+    let job = later.status("job").expect("status");
+    assert_eq!((job.desired, job.present, job.running), (1, 1, 0));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_start_reports_starting_until_its_delay_passes() {
+    let cluster = TestCluster::builder()
+        .nodes(1, Cpu::from_millis(4_000), Memory::from_bytes(8 << 30))
+        .start_delay(Duration::from_secs(5))
+        .sync_interval(Duration::from_millis(500))
+        .build()
+        .await;
+    let applied = tokio::time::Instant::now();
+    cluster.apply(&service("web", 2)).await.expect("valid");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let starting = cluster.snapshot().await;
+    for instance in starting.instances("web") {
+        let observed = starting.observed("n1", &instance.id).expect("reported");
+        assert_eq!(observed.state, ObservedState::Starting);
+        assert!(!observed.ready);
+    }
+    assert_eq!(starting.status("web").map(|s| s.running), Some(0));
+    let running = cluster.wait_converged(WAIT).await.expect("converges");
+    let took = applied.elapsed();
+    assert!(
+        took >= Duration::from_secs(5) && took <= Duration::from_millis(5_600),
+        "running once the delay passed, within one sync interval: {took:?}"
+    );
+    assert_eq!(running.status("web").map(|s| s.ready), Some(2));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_restarted_within_its_lease_resumes_it_and_replaces_nothing() {
+    let mut cluster = cluster(2).await;
+    cluster.apply(&service("web", 4)).await.expect("valid");
+    let before = cluster.wait_converged(WAIT).await.expect("converges");
+    let web = ids(&before, "web");
+    let lease_key = Key::new("lease/node/n2").expect("key");
+    let lease = |cluster: &TestCluster| {
+        let (store, key) = (cluster.store().clone(), lease_key.clone());
+        async move { store.get(&key).await.expect("get").and_then(|f| f.lease) }
+    };
+    let held = lease(&cluster).await;
+    assert!(held.is_some());
+    let recording = cluster
+        .record(|s| (s.node_alive("n2"), ids(s, "web")))
+        .await;
+    cluster.partition_node("n2").await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // less than the 10 s TTL
+    cluster.restart_node("n2");
+    assert!(cluster.agent_running("n2"));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let after = cluster.snapshot().await;
+    assert!(after.is_converged(), "{}", after.summary());
+    assert_eq!(ids(&after, "web"), web);
+    assert_eq!(lease(&cluster).await, held, "the cached lease was resumed");
+    let history = recording.finish().await;
+    assert!(
+        history
+            .iter()
+            .all(|(_, (alive, ids))| *alive && ids == &web),
+        "n2 was never seen dead, and nothing was created or stopped"
+    );
     cluster.shutdown().await;
 }
 

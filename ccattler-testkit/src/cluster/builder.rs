@@ -9,10 +9,14 @@ use ccattler_core::schema::{Cpu, Memory, NodeStatus};
 use ccattler_store::{MemoryConfig, MemoryStore};
 
 use super::TestCluster;
-use super::agent::AgentTiming;
+use super::node::AgentSettings;
+use super::runtime::Pacing;
 use super::time::{TokioClock, spawn_reaper};
 
-/// One node of a [`TestCluster`]: what its stand-in agent reports in `observed/node/{name}`.
+/// One node of a [`TestCluster`]: what its agent reports in `observed/node/{name}` (its
+/// [`AgentConfig`](ccattler_runtime::agent::AgentConfig) is made from it with
+/// [`AgentConfig::for_status`](ccattler_runtime::agent::AgentConfig::for_status)). Its
+/// simulated workloads serve on its address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeSpec {
     /// The status the agent reports (name, capacity, labels, zone, architecture, address).
@@ -61,17 +65,21 @@ impl NodeSpec {
 /// |---|---|
 /// | nodes | none: add them with [`nodes`](Self::nodes) or [`node`](Self::node) |
 /// | [`lease_ttl`](Self::lease_ttl) | 10 s (node leases; agents renew every third of it) |
+/// | [`sync_interval`](Self::sync_interval) | 1 s (an agent's pass when nothing happens) |
 /// | [`start_delay`](Self::start_delay), [`stop_delay`](Self::stop_delay) | 0: instances start and stop at once |
 /// | [`loop_config`](Self::loop_config) | [`LoopConfig::default`] |
 /// | [`seed`](Self::seed) | 0 (the runner's conflict jitter) |
+///
+/// The agents' other settings are [`AgentConfig`](ccattler_runtime::agent::AgentConfig)'s
+/// defaults: a resync of the placements every 30 s, the runner's retry schedule (100 ms up to
+/// 30 s) for failed starts, and reconnection to the store at least every third of the lease TTL.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ClusterBuilder {
     nodes: Vec<NodeSpec>,
     zones: Vec<String>,
     labels: BTreeMap<String, String>,
-    lease_ttl: Duration,
-    timing: AgentTiming,
+    agents: AgentSettings,
     loop_config: LoopConfig,
     seed: u64,
 }
@@ -82,8 +90,11 @@ impl Default for ClusterBuilder {
             nodes: Vec::new(),
             zones: Vec::new(),
             labels: BTreeMap::new(),
-            lease_ttl: Duration::from_secs(10),
-            timing: AgentTiming::default(),
+            agents: AgentSettings {
+                lease_ttl: Duration::from_secs(10),
+                sync_interval: Duration::from_secs(1),
+                pacing: Pacing::default(),
+            },
             loop_config: LoopConfig::default(),
             seed: 0,
         }
@@ -133,19 +144,32 @@ impl ClusterBuilder {
 
     /// The TTL of node leases (at least 1 s, the store's minimum).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
+        self.agents.lease_ttl = ttl;
         self
     }
 
-    /// How long an instance reports `starting` before `running` (0: at once).
+    /// How often each agent compares desired and observed state when nothing happens: about
+    /// the longest it takes to notice a crash or the end of a slow start (longer while a
+    /// [`stop_delay`](Self::stop_delay) holds its runtime). Changes (placements, specs) start a
+    /// pass at once whatever it is.
+    pub fn sync_interval(mut self, every: Duration) -> Self {
+        self.agents.sync_interval = every;
+        self
+    }
+
+    /// How long each start of an instance stays `starting` in its node's simulator before it
+    /// runs (0: at once). The agent reports `running` at its first pass after that, so within
+    /// one [`sync_interval`](Self::sync_interval) of it. A start that fails fails at once.
     pub fn start_delay(mut self, delay: Duration) -> Self {
-        self.timing.start_delay = delay;
+        self.agents.pacing.start_delay = delay;
         self
     }
 
-    /// How long an instance asked to stop keeps its state before reporting `stopped`.
+    /// How long stopping a starting or running instance takes: it keeps running that long
+    /// after the agent asks. An agent does one runtime action at a time, so the stops of one
+    /// node follow each other, and that node starts and probes nothing meanwhile.
     pub fn stop_delay(mut self, delay: Duration) -> Self {
-        self.timing.stop_delay = delay;
+        self.agents.pacing.stop_delay = delay;
         self
     }
 
@@ -183,14 +207,8 @@ impl ClusterBuilder {
                     .or_insert_with(|| value.clone());
             }
         }
-        let mut cluster = TestCluster::assemble(
-            store,
-            reaper,
-            self.lease_ttl,
-            self.timing,
-            self.loop_config,
-            self.seed,
-        );
+        let mut cluster =
+            TestCluster::assemble(store, reaper, self.agents, self.loop_config, self.seed);
         for node in nodes {
             cluster.add_node(node);
         }

@@ -1,8 +1,11 @@
 //! [`TestCluster`]: a whole cluster in one process, for end-to-end tests and benchmarks.
 //!
 //! A [`MemoryStore`], a [`TokioRunner`] with every standard controller
-//! ([`standard::all`]), and one [`FakeAgent`] per node: a minimal stand-in for the node agent
-//! that reports instances running as soon as they are placed (the real agent comes later).
+//! ([`standard::all`]), and per node the real node agent
+//! ([`NodeAgent`](ccattler_runtime::agent::NodeAgent)) over a
+//! [`SimulatorRuntime`] serving on the node's address ([`SimulatorRuntime::on_host`]): the same
+//! agent `cca agent` runs, registering, watching its placements, starting, probing, restarting
+//! per policy and reporting, with workloads that are entries in a table instead of processes.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -26,34 +29,55 @@
 //!
 //! Everything runs on tokio's clock, the store's leases included (see [`TokioClock`]). Tests use
 //! `#[tokio::test(start_paused = true)]`: time is virtual, it jumps ahead whenever every task
-//! waits, so a test never sleeps in real time, and lease TTLs, resyncs, start and stop delays
-//! and [`wait_until`](TestCluster::wait_until) timeouts are all measured in virtual time. The
-//! benchmark runs the same cluster on a normal multi-threaded runtime, in real time.
+//! waits, so a test never sleeps in real time, and lease TTLs, the agents' sync passes and
+//! resyncs, start and stop delays and [`wait_until`](TestCluster::wait_until) timeouts are all
+//! measured in virtual time. The benchmark runs the same cluster on a normal multi-threaded
+//! runtime, in real time.
 //!
-//! # Node failures
+//! # Nodes: a machine, its workloads, its agent process
 //!
-//! - [`kill_node`](TestCluster::kill_node): the agent stops and its lease is revoked at once (a
-//!   crashed machine whose death is noticed); its observed facts stay.
-//! - [`partition_node`](TestCluster::partition_node): the agent stops and its lease expires after
-//!   its TTL (a machine that stopped answering).
-//! - [`restart_node`](TestCluster::restart_node): a new agent registers again and re-adopts what
-//!   the node reported before.
+//! Each node owns two things that outlive its agent: a cache directory (a temporary directory,
+//! removed with the cluster) where the agent keeps the last desired state it saw and its lease,
+//! and a [`SimulatorRuntime`] holding its workloads. The agent is a task: killing it is killing
+//! the agent process, not the machine's workloads.
+//!
+//! - [`kill_node`](TestCluster::kill_node): the agent process is gone, aborted where it stood
+//!   (an action in flight, such as a stop still in its stop delay, is abandoned), and the node's
+//!   lease is revoked at once, so the controllers see the node dead and replace its instances
+//!   elsewhere. Its workloads still run in its simulator (with no agent, a crashed one stays
+//!   down), and the observations it reported stay in the store (stale from then on).
+//! - [`partition_node`](TestCluster::partition_node): the agent process is gone and the lease is
+//!   left to expire, one TTL later (a machine that stopped answering). Workloads still run.
+//! - [`restart_node`](TestCluster::restart_node): a new agent process over the same cache and
+//!   simulator. It resumes its lease if it still lives (else registers under a new one), adopts
+//!   what the simulator runs without restarting it, lists its placements, and from then on
+//!   stops what is no longer placed there.
+//!
+//! A workload can fail by itself: [`set_instance_state`](TestCluster::set_instance_state) crashes
+//! it in its node's simulator, and the agent applies the service's restart policy as it would
+//! to a real crash. [`simulator`](TestCluster::simulator) gives the rest of the simulator's
+//! faults (failing probes, failing starts, an unreachable runtime).
+//!
+//! # Start and stop delays
+//!
+//! The builder's [`start_delay`](ClusterBuilder::start_delay) and
+//! [`stop_delay`](ClusterBuilder::stop_delay) are the simulator's slow starts, released on
+//! tokio's clock, and stops that take time; `runtime.rs` says exactly how the agent sees them.
 //!
 //! | file | what it holds |
 //! |---|---|
 //! | `builder.rs` | [`ClusterBuilder`], [`NodeSpec`] |
-//! | `agent.rs` | [`FakeAgent`], [`AgentControl`], [`AgentTiming`] |
-//! | `world.rs` | what one stand-in node knows and runs, and the observations it reports |
+//! | `node.rs` | one node: its cache directory, its simulator, its agent task |
+//! | `runtime.rs` | the runtime the agents run on: the simulator with start and stop delays |
 //! | `snapshot.rs` | [`Snapshot`], [`WaitTimeout`], [`Recording`] |
 //! | `time.rs` | [`TokioClock`] and the lease reaper |
 
-mod agent;
 mod builder;
+mod node;
+mod runtime;
 mod snapshot;
 mod time;
-mod world;
 
-pub use agent::{AgentControl, AgentTiming, FakeAgent};
 pub use builder::{ClusterBuilder, NodeSpec};
 pub use snapshot::{Recording, Snapshot, WaitTimeout};
 pub use time::{REAPER_INTERVAL, TokioClock};
@@ -67,39 +91,35 @@ use ccattler_controllers::standard;
 use ccattler_core::runner::{LoopConfig, RunnerError, TokioRunner};
 use ccattler_core::schema::{self, Endpoints, ObservedState, ServiceStatus};
 use ccattler_core::{FactStore, Runner};
+use ccattler_runtime::simulator::SimulatorRuntime;
 use ccattler_store::MemoryStore;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use node::{AgentSettings, Node};
 use snapshot::Follower;
 
-/// An in-process cluster: store, runner with the standard controllers, one stand-in agent per
-/// node. See the [module docs](self) for how time works.
+/// An in-process cluster: store, runner with the standard controllers, one real node agent per
+/// node over a simulator. See the [module docs](self) for how time and node failures work.
 ///
-/// Dropping it aborts every task; [`shutdown`](Self::shutdown) stops the runner gracefully first.
+/// Dropping it aborts every task and removes the nodes' cache directories;
+/// [`shutdown`](Self::shutdown) stops the runner gracefully first.
 #[derive(Debug)]
 pub struct TestCluster {
     store: MemoryStore,
     reaper: JoinHandle<()>,
-    lease_ttl: Duration,
-    timing: AgentTiming,
+    agents: AgentSettings,
     loop_config: LoopConfig,
     seed: u64,
     runs: u64,
     runner: Option<RunnerHandle>,
-    nodes: BTreeMap<String, NodeHandle>,
+    nodes: BTreeMap<String, Node>,
 }
 
 #[derive(Debug)]
 struct RunnerHandle {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), RunnerError>>,
-}
-
-#[derive(Debug)]
-struct NodeHandle {
-    spec: NodeSpec,
-    agent: Option<(JoinHandle<()>, AgentControl)>,
 }
 
 impl TestCluster {
@@ -111,16 +131,14 @@ impl TestCluster {
     pub(crate) fn assemble(
         store: MemoryStore,
         reaper: JoinHandle<()>,
-        lease_ttl: Duration,
-        timing: AgentTiming,
+        agents: AgentSettings,
         loop_config: LoopConfig,
         seed: u64,
     ) -> Self {
         TestCluster {
             store,
             reaper,
-            lease_ttl,
-            timing,
+            agents,
             loop_config,
             seed,
             runs: 0,
@@ -139,43 +157,48 @@ impl TestCluster {
         self.nodes.keys().cloned().collect()
     }
 
-    /// Adds a node and starts its agent; it registers asynchronously.
+    /// Adds a node (a fresh cache directory, an empty simulator) and starts its agent; it
+    /// registers asynchronously. A node of the same name is replaced: its agent is aborted and
+    /// its workloads and cache are dropped.
+    ///
+    /// # Panics
+    ///
+    /// When the node's name is not a single key segment, or no temporary directory can be
+    /// created for its cache.
     pub fn add_node(&mut self, spec: NodeSpec) {
         let name = spec.name().to_owned();
-        let mut handle = NodeHandle { spec, agent: None };
-        self.start_agent(&mut handle);
-        if let Some(old) = self.nodes.insert(name, handle) {
-            abort_agent(old);
-        }
+        let mut node = Node::new(spec, self.agents.pacing);
+        node.start_agent(&self.store, self.agents);
+        self.nodes.insert(name, node);
     }
 
-    fn start_agent(&self, node: &mut NodeHandle) {
-        let (agent, control) = FakeAgent::new(
-            self.store.clone(),
-            node.spec.status.clone(),
-            self.lease_ttl,
-            self.timing,
-        );
-        node.agent = Some((tokio::spawn(agent.run()), control));
-    }
-
-    fn node_mut(&mut self, name: &str) -> &mut NodeHandle {
+    fn node_mut(&mut self, name: &str) -> &mut Node {
         self.nodes
             .get_mut(name)
             .unwrap_or_else(|| panic!("no node named {name}"))
     }
 
-    /// Stops a node's agent and revokes its lease at once: like a crashed machine, its
-    /// observed facts stay, and the controllers see the node dead.
+    /// The simulator holding a node's workloads (shared with its agent, kept across agent
+    /// restarts), to read the truth or inject faults ([`SimulatorRuntime::faults`]). `None`
+    /// when there is no such node.
+    pub fn simulator(&self, node: &str) -> Option<&SimulatorRuntime> {
+        self.nodes.get(node).map(Node::simulator)
+    }
+
+    /// Whether a node's agent process runs (not killed or partitioned). False when there is no
+    /// such node.
+    pub fn agent_running(&self, node: &str) -> bool {
+        self.nodes.get(node).is_some_and(Node::has_agent)
+    }
+
+    /// Kills a node's agent process and revokes its lease at once: the controllers see the node
+    /// dead. Its workloads keep running in its simulator, and its observed facts stay.
     ///
     /// # Panics
     ///
-    /// When there is no such node.
+    /// When there is no such node, or its agent had stopped with an error or panicked.
     pub async fn kill_node(&mut self, name: &str) {
-        if let Some((task, _)) = self.node_mut(name).agent.take() {
-            task.abort();
-            let _ = task.await;
-        }
+        self.node_mut(name).kill_agent().await;
         let key = schema::keys::node_lease(name).expect("node names are valid key segments");
         let fact = self.store.get(&key).await.expect("memory store get");
         if let Some(lease) = fact.and_then(|f| f.lease) {
@@ -184,55 +207,50 @@ impl TestCluster {
         }
     }
 
-    /// Stops a node's agent without revoking its lease: the node is seen dead once the lease
-    /// expires, one TTL later (virtual time in tests).
+    /// Kills a node's agent process without revoking its lease: the node is seen dead once the
+    /// lease expires, one TTL later (virtual time in tests). Its workloads keep running.
     ///
     /// # Panics
     ///
-    /// When there is no such node.
+    /// As [`kill_node`](Self::kill_node).
     pub async fn partition_node(&mut self, name: &str) {
-        if let Some((task, _)) = self.node_mut(name).agent.take() {
-            task.abort();
-            let _ = task.await;
-        }
+        self.node_mut(name).kill_agent().await;
     }
 
-    /// Starts a stopped node's agent again (nothing happens if it runs): it registers with a new
-    /// lease and re-adopts the instances it reported.
+    /// Starts a new agent process on a node whose agent was killed or partitioned (nothing
+    /// happens if one runs). It keeps the node's cache and simulator: it resumes its lease if
+    /// that still lives, or registers under a new one, and adopts the workloads that still run.
     ///
     /// # Panics
     ///
     /// When there is no such node.
     pub fn restart_node(&mut self, name: &str) {
-        let mut node = self
-            .nodes
-            .remove(name)
-            .unwrap_or_else(|| panic!("no node named {name}"));
-        if node.agent.is_none() {
-            self.start_agent(&mut node);
-        }
-        self.nodes.insert(name.to_owned(), node);
+        let (store, agents) = (self.store.clone(), self.agents);
+        self.node_mut(name).start_agent(&store, agents);
     }
 
-    /// Makes the agent of the node instance `id` is placed on report it in `state` from now on
-    /// (`failed`: it crashed). Returns false when the instance is not placed on a running agent.
+    /// Makes instance `id` end by itself in its node's simulator, as a crash (`failed`: exit
+    /// code 1) or a clean end (`exited`: exit code 0) would; its node's agent then applies the
+    /// service's restart policy (`always` starts it again in place, `on_failure` only after a
+    /// failure, `never` leaves it ended and reports it so). This happens whether or not the
+    /// node's agent runs: the agent sees it when it observes next.
+    ///
+    /// Returns false, and does nothing, when `state` is neither `failed` nor `exited`, when the
+    /// instance is not placed, or when it is not starting or running in its node's simulator.
     pub async fn set_instance_state(&self, id: &str, state: ObservedState) -> bool {
+        let code = match state {
+            ObservedState::Failed => 1,
+            ObservedState::Exited => 0,
+            _ => return false,
+        };
         let snapshot = self.snapshot().await;
         let node = snapshot
             .cluster()
             .instances
             .get(id)
             .and_then(|i| i.node.clone());
-        let control = node
-            .and_then(|n| self.nodes.get(&n))
-            .and_then(|n| n.agent.as_ref());
-        match control {
-            Some((_, control)) => {
-                control.set_instance_state(id, state);
-                true
-            }
-            None => false,
-        }
+        node.and_then(|n| self.nodes.get(&n))
+            .is_some_and(|n| n.simulator().faults().crash(id, code))
     }
 
     /// Starts a runner with every standard controller, if none runs.
@@ -366,18 +384,18 @@ impl TestCluster {
         self.snapshot().await.placements()
     }
 
-    /// Stops the runner gracefully, then every agent and the lease reaper.
+    /// Stops the runner gracefully, then kills every agent (waiting until each is gone) and the
+    /// lease reaper, and removes the nodes' cache directories.
+    ///
+    /// # Panics
+    ///
+    /// As [`stop_runner`](Self::stop_runner), and when an agent had stopped with an error or
+    /// panicked.
     pub async fn shutdown(mut self) {
         self.stop_runner().await;
-        for (_, node) in std::mem::take(&mut self.nodes) {
-            abort_agent(node);
+        for node in self.nodes.values_mut() {
+            node.kill_agent().await;
         }
-    }
-}
-
-fn abort_agent(node: NodeHandle) {
-    if let Some((task, _)) = node.agent {
-        task.abort();
     }
 }
 
@@ -386,9 +404,8 @@ impl Drop for TestCluster {
         if let Some(runner) = self.runner.take() {
             runner.task.abort();
         }
-        for (_, node) in std::mem::take(&mut self.nodes) {
-            abort_agent(node);
-        }
+        // Dropping a node aborts its agent.
+        self.nodes.clear();
         self.reaper.abort();
     }
 }
