@@ -10,6 +10,12 @@
 //!   Tune it with [`MemoryConfig`].
 //! - Several clusters in one store: wrap any store in [`Namespaced`].
 //! - Several machines: `EtcdStore` (feature `etcd`), a thin mapping onto a real etcd cluster.
+//! - Agents on other machines than the store: the store protocol, every `FactStore` operation
+//!   over HTTP. `http::HttpStore` (feature `http`) is its client; `http_server::router`
+//!   (feature `http-server`) is an axum `Router` serving it over any store, with the rules of
+//!   who may write what (a node writes only its own facts: `http_server::node_may_write`).
+//!   The platform says who a caller is (an `http_server::Authorizer`); issuing and storing
+//!   credentials stays the platform's policy.
 //!
 //! ## Layout
 //!
@@ -18,14 +24,20 @@
 //! | [`memory`] | [`MemoryStore`], [`MemoryConfig`], the [`MemoryWatch`] stream |
 //! | [`namespaced`] | [`Namespaced`], the [`NamespacedWatch`] stream |
 //! | `etcd` (feature `etcd`) | `EtcdStore`, `EtcdConfig`, the `EtcdWatch` stream, `LeaseKeeper`, test support in `etcd::server` |
+//! | `wire` (features `http`, `http-server`, `wire`) | the store protocol's routes (`Route`) and JSON shapes, shared by client and server |
+//! | `http` (feature `http`) | `HttpStore`, the protocol's client, and `WATCH_IDLE_LIMIT` |
+//! | `http_server` (feature `http-server`) | `router`, the `Authorizer` trait, `Principal`, `node_may_write`, `StaticTokens`, `ServerError` |
 //!
 //! ## Feature flags
 //!
 //! | feature | enables | pulls in |
 //! |---|---|---|
 //! | `etcd` | `EtcdStore`, the distributed backend, on etcd's v3 API | etcd-client, tonic, tokio (protoc at build time) |
+//! | `http` | `HttpStore`, a client of the store protocol | hyper, hyper-util, tokio, serde |
+//! | `http-server` | the store protocol's axum `Router` and its credential rules | axum, serde |
+//! | `wire` | the protocol's wire format alone (enabled by both above) | serde, serde_json, base64 |
 //!
-//! With no feature, this crate depends on no async runtime: its futures complete on first poll
+//! With no feature (or `wire` alone), this crate depends on no async runtime: its futures complete on first poll
 //! and its watch streams wake tasks through their `Waker`, so any executor drives them.
 //!
 //! ## Example
@@ -63,6 +75,15 @@ pub use namespaced::{Namespaced, NamespacedWatch};
 pub mod etcd;
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdConfig, EtcdStore, EtcdWatch};
+
+#[cfg(feature = "wire")]
+pub mod wire;
+
+#[cfg(feature = "http")]
+pub mod http;
+
+#[cfg(feature = "http-server")]
+pub mod http_server;
 
 #[cfg(test)]
 mod test_util;

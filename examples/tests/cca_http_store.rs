@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use ccattler_examples::cca::api::auth::{self, Role};
 use ccattler_examples::cca::api::{ApiConfig, ServerHandle};
-use ccattler_examples::cca::http_store::HttpStore;
 use ccattler_store::MemoryStore;
+use ccattler_store::http::HttpStore;
 use ccattler_testkit::conformance::{StoreHarness, run_store_conformance};
 use parking_lot::Mutex;
 

@@ -9,8 +9,8 @@ use ccattler_core::schema::{self, Assignment};
 use ccattler_core::{FactStore, Key, Op, StoreError, Txn};
 use ccattler_examples::cca::api::auth::{self, Role};
 use ccattler_examples::cca::api::{ApiConfig, ServerHandle};
-use ccattler_examples::cca::http_store::HttpStore;
 use ccattler_store::MemoryStore;
+use ccattler_store::http::HttpStore;
 
 const DOC: &str = "service web {\n    image web:1\n    secret db-pass\n}\n";
 

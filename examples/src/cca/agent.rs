@@ -26,12 +26,12 @@ use ccattler_core::{FactStore, Runtime, StoreError};
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::process::ProcessRuntime;
 use ccattler_runtime::simulator::SimulatorRuntime;
+use ccattler_store::http::HttpStore;
 use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::client::{ApiClient, ClientArgs, DEFAULT_SERVER, SERVER_ENV};
 use super::flags::{parse_cpu, parse_label, parse_memory, parse_time, parse_zone};
-use super::http_store::HttpStore;
 use super::server::write_secret;
 use super::{CliError, EXIT_FAILURE};
 

@@ -8,7 +8,7 @@
 //! | `cca fmt FILE` | [`fmt`] | prints (or writes, or checks) the canonical format |
 //! | `cca completions SHELL` | [`completions`] | shell completions |
 //! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store |
-//! | `cca agent` | [`agent`] | one node's agent over the API's store protocol ([`http_store`]) |
+//! | `cca agent` | [`agent`] | one node's agent over the API's store protocol (`ccattler_store::http::HttpStore`) |
 //! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], [`sse`]) |
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
@@ -34,7 +34,6 @@ pub mod dev;
 pub mod display;
 pub mod flags;
 pub mod fmt;
-pub mod http_store;
 pub mod progress;
 pub mod remote;
 pub mod server;

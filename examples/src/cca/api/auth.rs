@@ -1,4 +1,6 @@
-//! Bearer tokens, who may write what, and node enrollment.
+//! Bearer tokens and node enrollment: how `cca server` tells who a caller is
+//! ([`TokenAuthorizer`]). What a caller may then do is the store protocol's rule, library code
+//! in [`ccattler_store::http_server`] ([`Principal`], `node_may_write`), shared by every route.
 //!
 //! # Model
 //!
@@ -12,7 +14,8 @@
 //! | `enroll` | nothing but being exchanged once, before it expires, for a `node` token at `POST /api/enroll` |
 //!
 //! Nothing under `auth/` or `secret/` is ever returned by reads or watches of the API, and no
-//! request writes under `auth/` except through these handlers.
+//! request writes under `auth/` except through these handlers ([`AUTH_PREFIX`] is the store
+//! protocol's reserved prefix).
 //!
 //! # Guarantees
 //!
@@ -27,11 +30,12 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::AUTHORIZATION;
-use axum::middleware::Next;
+use axum::extract::{ConnectInfo, State};
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use ccattler_core::{Compare, FactStore, Key, Op, Txn};
+use ccattler_core::schema;
+use ccattler_core::{Compare, FactStore, Key, Op, StoreError, Txn};
+use ccattler_store::http_server::{Authorizer, ServerError, bearer_token, node_may_write};
 use rand::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -39,8 +43,8 @@ use sha2::{Digest, Sha256};
 use super::ApiState;
 use super::error::ApiError;
 
-/// Where token records live. Never readable through the API.
-pub const AUTH_PREFIX: &str = "auth/";
+pub use ccattler_store::http_server::{AUTH_PREFIX, Principal};
+
 /// The prefix of token records: `auth/token/{sha256 hex}`.
 pub const TOKENS: &str = "auth/token/";
 
@@ -68,62 +72,6 @@ pub struct TokenRecord {
     /// Unix seconds after which the token is refused; `None` never expires.
     #[serde(default)]
     pub expires_at: Option<u64>,
-}
-
-/// Who sent an authenticated request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Principal {
-    /// An admin token.
-    Admin,
-    /// A node's credential.
-    Node(String),
-}
-
-impl Principal {
-    /// Whether this principal may write (put or delete) `key`.
-    pub fn may_write(&self, key: &str) -> bool {
-        if key.starts_with(AUTH_PREFIX) {
-            return false;
-        }
-        match self {
-            Principal::Admin => true,
-            Principal::Node(node) => {
-                key == format!("lease/node/{node}")
-                    || key == format!("observed/node/{node}")
-                    || key
-                        .strip_prefix(&format!("observed/instance/{node}/"))
-                        .is_some_and(|rest| !rest.is_empty())
-            }
-        }
-    }
-
-    /// Why this principal may not write `key`, in words; `None` when it may.
-    pub fn write_refusal(&self, key: &str) -> Option<String> {
-        if self.may_write(key) {
-            return None;
-        }
-        Some(match self {
-            Principal::Admin => format!("{key}: keys under auth/ are not writable"),
-            Principal::Node(node) => format!(
-                "{key}: the credential of node {node} writes only lease/node/{node}, \
-                 observed/node/{node} and observed/instance/{node}/..."
-            ),
-        })
-    }
-
-    /// Refuses (403) anything but an admin.
-    ///
-    /// # Errors
-    ///
-    /// [`ApiError`] 403 for a node credential.
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        match self {
-            Principal::Admin => Ok(()),
-            Principal::Node(node) => Err(ApiError::forbidden(format!(
-                "the credential of node {node} may not do this; use an admin token"
-            ))),
-        }
-    }
 }
 
 /// A new random token.
@@ -156,14 +104,14 @@ pub fn now_secs() -> u64 {
 ///
 /// # Errors
 ///
-/// The store's error; [`StoreError::InvalidTtl`](ccattler_core::StoreError::InvalidTtl) for a
+/// The store's error; [`StoreError::InvalidTtl`] for a
 /// `ttl` the store's leases cannot have (under 1 s, or over a year).
 pub async fn store_token<S: FactStore>(
     store: &S,
     token: &str,
     role: Role,
     ttl: Option<Duration>,
-) -> Result<TokenRecord, ccattler_core::StoreError> {
+) -> Result<TokenRecord, StoreError> {
     let record = TokenRecord {
         role,
         expires_at: ttl.map(|ttl| now_secs().saturating_add(ttl.as_secs().max(1))),
@@ -228,7 +176,7 @@ impl EnrollLimit {
 async fn lookup<S: FactStore>(
     store: &S,
     token: &str,
-) -> Result<Option<(TokenRecord, ccattler_core::Fact)>, ApiError> {
+) -> Result<Option<(TokenRecord, ccattler_core::Fact)>, StoreError> {
     let Some(fact) = store.get(&token_key(token)).await? else {
         return Ok(None);
     };
@@ -241,36 +189,38 @@ async fn lookup<S: FactStore>(
     Ok(Some((record, fact)))
 }
 
-/// Middleware: resolves the bearer token into a [`Principal`] request extension, or answers 401.
-pub async fn authenticate<S: FactStore + Clone>(
-    State(api): State<ApiState<S>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let header = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|h| h.to_str().ok());
-    let Some(token) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
-        return ApiError::unauthorized("missing `Authorization: Bearer <token>` header")
-            .into_response();
-    };
-    let principal = match lookup(&api.store, token.trim()).await {
-        Ok(Some((record, _))) => match record.role {
-            Role::Admin => Principal::Admin,
-            Role::Node { node } => Principal::Node(node),
-            Role::Enroll => {
-                return ApiError::unauthorized(
-                    "an enrollment token only works at POST /api/enroll",
-                )
-                .into_response();
-            }
-        },
-        Ok(None) => return ApiError::unauthorized("unknown or expired token").into_response(),
-        Err(err) => return err.into_response(),
-    };
-    request.extensions_mut().insert(principal);
-    next.run(request).await
+/// The [`Authorizer`] of `cca server`: a bearer token is looked up by its SHA-256 under
+/// [`TOKENS`]; an admin record speaks for [`Principal::Admin`], a node record for
+/// [`Principal::Node`]. Enrollment tokens and unknown or expired tokens are refused (401).
+#[derive(Clone, Debug)]
+pub struct TokenAuthorizer<S> {
+    store: S,
+}
+
+impl<S> TokenAuthorizer<S> {
+    /// Looks tokens up in `store`.
+    pub fn new(store: S) -> Self {
+        TokenAuthorizer { store }
+    }
+}
+
+impl<S: FactStore + Clone> Authorizer for TokenAuthorizer<S> {
+    async fn authorize(&self, request: &Parts) -> Result<Principal, ServerError> {
+        let token = bearer_token(&request.headers)?;
+        match lookup(&self.store, token).await? {
+            Some((record, _)) => match record.role {
+                Role::Admin => Ok(Principal::Admin),
+                Role::Node { node } => Ok(Principal::Node(node)),
+                Role::Enroll => Err(ServerError::unauthenticated(
+                    "an enrollment token only works at POST /api/enroll; use the credential \
+                     it was exchanged for",
+                )),
+            },
+            None => Err(ServerError::unauthenticated(
+                "unknown or expired token; ask an admin for a new one",
+            )),
+        }
+    }
 }
 
 /// The body of `POST /api/enroll`.
@@ -291,12 +241,13 @@ pub async fn enroll<S: FactStore + Clone>(
     api.enroll_limit
         .check(client.map(|axum::Extension(ConnectInfo(addr))| addr.ip()))?;
     let request: EnrollRequest = super::parse_json(&body?)?;
-    if request.node.is_empty()
-        || request.node.contains('/')
-        || Key::join("observed/node/", [request.node.as_str()]).is_err()
+    // A name is valid when its credential could write its own node record: one plain key
+    // segment (not empty, no `/`, not `.` or `..`).
+    if !schema::keys::node(&request.node)
+        .is_ok_and(|own| node_may_write(&request.node, own.as_str()))
     {
         return Err(ApiError::bad_request(
-            "`node` must be one non-empty key segment",
+            "`node` must be one key segment such as `n1` (no `/`, not `.` or `..`)",
         ));
     }
     let refused = || ApiError::unauthorized("unknown, expired or already used enrollment token");
@@ -366,30 +317,6 @@ pub async fn create_enrollment<S: FactStore + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn node_credentials_write_only_their_own_prefixes() {
-        let n1 = Principal::Node("n1".to_owned());
-        for ok in [
-            "lease/node/n1",
-            "observed/node/n1",
-            "observed/instance/n1/i-1",
-        ] {
-            assert!(n1.may_write(ok), "{ok}");
-        }
-        for refused in [
-            "lease/node/n2",
-            "observed/node/n10",
-            "observed/instance/n2/i-1",
-            "observed/instance/n1/",
-            "desired/service/web",
-            "auth/token/x",
-        ] {
-            assert!(!n1.may_write(refused), "{refused}");
-        }
-        assert!(Principal::Admin.may_write("desired/service/web"));
-        assert!(!Principal::Admin.may_write("auth/token/x"));
-    }
 
     #[test]
     fn tokens_are_random_and_hashed() {

@@ -5,6 +5,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ccattler_core::StoreError;
+use ccattler_store::http_server::{ServerError, status_of};
 use serde_json::{Value as Json_, json};
 
 /// An error answer: `{"error": "<message>", ...extra fields}` with a 4xx or 5xx status.
@@ -57,24 +58,21 @@ impl ApiError {
 }
 
 impl From<StoreError> for ApiError {
-    /// Bad keys and values are the client's fault (400); a compacted revision is 410, a refusal
-    /// 403, a missing lease 404; the rest
-    /// is the store's (503 when retrying may help, 500 otherwise).
+    /// The status of [`status_of`] (shared with the store protocol): bad keys and values are
+    /// the client's fault (400), a compacted revision is 410, a refusal 403, a missing lease
+    /// 404, the rest the store's (503 when retrying may help, 500 otherwise).
     fn from(err: StoreError) -> Self {
-        let status = match &err {
-            StoreError::InvalidKey(_)
-            | StoreError::TooManyOps { .. }
-            | StoreError::DuplicateKey(_)
-            | StoreError::ValueTooLarge { .. }
-            | StoreError::InvalidTtl(_)
-            | StoreError::FutureRevision { .. } => StatusCode::BAD_REQUEST,
-            StoreError::Compacted { .. } => StatusCode::GONE,
-            StoreError::Denied(_) => StatusCode::FORBIDDEN,
-            StoreError::LeaseNotFound(_) => StatusCode::NOT_FOUND,
-            err if err.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, err.to_string())
+        ApiError::new(status_of(&err), err.to_string())
+    }
+}
+
+impl From<ServerError> for ApiError {
+    /// The same status and message as the store protocol answers, with its `store_error`.
+    fn from(err: ServerError) -> Self {
+        let extra = err
+            .wire_error()
+            .map_or(Json_::Null, |wire| json!({ "store_error": wire }));
+        ApiError::new(err.status(), err.to_string()).with(extra)
     }
 }
 

@@ -16,7 +16,7 @@
 //! | `GET /api/nodes` | any | every node: status and whether its lease is held |
 //! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
 //! | `POST /api/enroll` | no token | `{"token": ENROLLMENT, "node": N}` → a credential for node N |
-//! | `/store/...` | any; writes as for `PUT /state` | the store protocol: every `FactStore` operation, values base64 ([`store`]) |
+//! | `/store/...` | any; writes as for `PUT /state` | the store protocol: every `FactStore` operation, values base64 ([`ccattler_store::http_server`], mounted as it is) |
 //!
 //! # Limits
 //!
@@ -29,8 +29,6 @@ pub mod changes;
 pub mod config;
 pub mod error;
 pub mod state;
-pub mod store;
-pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -40,6 +38,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
 use ccattler_core::FactStore;
+use ccattler_store::http_server;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -79,12 +78,16 @@ pub struct ApiState<S> {
     pub enroll_limit: Arc<auth::EnrollLimit>,
 }
 
-/// The API's routes over `store`; see the [module docs](self).
+/// The API's routes over `store`; see the [module docs](self). The store protocol is the
+/// library's [`http_server::router`], authenticated by the same [`auth::TokenAuthorizer`] as
+/// every other route.
 ///
 /// Serve it with [`serve`] (or `into_make_service_with_connect_info::<SocketAddr>()`) so the
 /// enrollment rate limit can tell clients apart; without the client's address, every
 /// enrollment shares one limit.
 pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
+    let tokens = auth::TokenAuthorizer::new(store.clone());
+    let protocol = http_server::router(store.clone(), tokens.clone());
     let api = ApiState {
         store,
         enroll_limit: Arc::new(auth::EnrollLimit::per_minute(config.enroll_per_minute)),
@@ -110,27 +113,17 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         .route("/api/status", get(config::status::<S>))
         .route("/api/nodes", get(config::nodes::<S>))
         .route("/api/tokens", post(auth::create_enrollment::<S>))
-        .route("/store/get", post(store::get::<S>))
-        .route("/store/scan", post(store::scan::<S>))
-        .route("/store/put", post(store::put::<S>))
-        .route("/store/delete", post(store::delete::<S>))
-        .route("/store/txn", post(store::txn::<S>))
-        .route("/store/revision", get(store::revision::<S>))
-        .route("/store/compact", post(store::compact::<S>))
-        .route("/store/lease/grant", post(store::grant::<S>))
-        .route("/store/lease/keep-alive", post(store::keep_alive::<S>))
-        .route("/store/lease/revoke", post(store::revoke::<S>))
-        .route("/store/watch", get(store::watch::<S>))
         .route_layer(axum::middleware::from_fn_with_state(
-            api.clone(),
-            auth::authenticate::<S>,
+            tokens,
+            http_server::authenticate::<auth::TokenAuthorizer<S>>,
         ));
     Router::new()
         .route("/api/enroll", post(auth::enroll::<S>))
         .merge(authenticated)
+        .with_state(api)
+        .merge(protocol)
         .fallback(error::no_route)
         .layer(DefaultBodyLimit::max(config.max_body))
-        .with_state(api)
 }
 
 /// Serves the API on `listener` until `shutdown` completes.
@@ -219,7 +212,8 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|err| ApiError::bad_request(format!("malformed JSON body: {err}")))
 }
 
-/// Whether the API never shows `key`: secrets and token records.
+/// Whether the API never shows `key`: secrets and token records (the store protocol's rule,
+/// [`http_server::hidden`], applied to every route).
 pub fn hidden(key: &str) -> bool {
-    key.starts_with(ccattler_core::schema::SECRETS) || key.starts_with(auth::AUTH_PREFIX)
+    http_server::hidden(key)
 }

@@ -1,12 +1,14 @@
-//! [`HttpStore`]: a [`FactStore`] whose every operation is a request to `cca server`'s store
-//! protocol ([`super::api::store`]). `cca agent` runs the standard `NodeAgent` over it.
+//! [`HttpStore`] (feature `http`): a [`FactStore`] whose every operation is a request to a
+//! server of the store protocol ([`crate::wire`]), such as
+//! [`http_server::router`](crate::http_server::router) mounted by a platform (`cca server`
+//! mounts it). A remote node agent runs over it with its node's credential.
 //!
 //! # Guarantees
 //!
 //! The server runs each operation on its own store, so the guarantees of [`FactStore`] hold as
 //! that store gives them: one global revision, atomic transactions, gap-free watches ending with
-//! [`StoreError::Compacted`] when they cannot go on. The store conformance suite passes over it
-//! (see `examples/tests/cca_http_store.rs`).
+//! [`StoreError::Compacted`] when they cannot go on. The store conformance suite of
+//! `ccattler-testkit` passes over it (`ccattler-testkit/tests/http_conformance.rs`).
 //!
 //! # Errors
 //!
@@ -18,52 +20,68 @@
 //!
 //! # Caveats
 //!
-//! [`FactStore::limits`] answers the limits given to [`HttpStore::with_limits`] (the defaults,
-//! which are etcd's, unless told): the client cannot know the server's store, and the server
-//! checks its own limits on every request anyway.
+//! - Plain HTTP/1.1 (no TLS): put a TLS-terminating proxy in front of the server, or keep it on
+//!   a trusted network. Calls need a tokio runtime.
+//! - [`FactStore::limits`] answers the limits given to [`HttpStore::with_limits`] (the defaults,
+//!   which are etcd's, unless told): the client cannot know the server's store, and the server
+//!   checks its own limits on every request anyway.
+//!
+//! ```no_run
+//! use ccattler_core::{FactStore, Key};
+//! use ccattler_store::http::HttpStore;
+//!
+//! # async fn demo() -> Result<(), ccattler_core::StoreError> {
+//! let store = HttpStore::new("http://127.0.0.1:7420", "my-node-credential");
+//! store.put(&Key::new("observed/node/n1")?, "{}".into()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod sse;
+mod transport;
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use ccattler_core::{
     Fact, FactStore, Key, Lease, LeaseId, Revision, Scan, StoreError, StoreLimits, Txn,
     TxnResponse, Value, WatchEvent,
 };
 use futures_util::stream::{self, BoxStream, StreamExt};
-use hyper::{Method, StatusCode};
+use hyper::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 
-use super::api::store::WATCH_KEEP_ALIVE;
-use super::api::wire::{
-    GetAnswer, GetRequest, LeaseRequest, PutRequest, RevisionBody, ScanAnswer, ScanRequest,
-    TxnAnswer, WireError, WireEvent, WireLease, WireTxn, encode_value,
+use crate::wire::{
+    CHANGE_EVENT, ERROR_EVENT, GetAnswer, GetRequest, LeaseRequest, PutRequest, RevisionBody,
+    Route, ScanAnswer, ScanRequest, TxnAnswer, WATCH_KEEP_ALIVE, WatchParams, WireError, WireEvent,
+    WireLease, WireTxn, encode_value,
 };
-use super::client::{ApiClient, ClientArgs, Failure, encode};
-use super::sse::EventReader;
+use sse::EventReader;
+use transport::Transport;
 
 /// How long a watch may stay silent (the server sends a keep-alive every
 /// [`WATCH_KEEP_ALIVE`]) before it ends with [`StoreError::Unavailable`].
 pub const WATCH_IDLE_LIMIT: Duration = Duration::from_secs(WATCH_KEEP_ALIVE.as_secs() * 4);
 
-/// A [`FactStore`] over `cca server`'s HTTP API; see the [module docs](self).
+/// A [`FactStore`] over the store protocol; see the [module docs](self).
+///
+/// Cloning is cheap and clones share one connection pool.
 #[derive(Clone, Debug)]
 pub struct HttpStore {
-    client: ApiClient,
+    transport: Transport,
     limits: StoreLimits,
     timeout: Duration,
 }
 
 impl HttpStore {
     /// A store that sends its requests to `server` (a base URL such as
-    /// `http://127.0.0.1:7420`) with the bearer `token`. Nothing is sent until the first call.
+    /// `http://127.0.0.1:7420`) with the bearer `token`. Nothing is sent until the first call;
+    /// a malformed URL fails that call with [`StoreError::Unavailable`].
     pub fn new(server: impl Into<String>, token: impl Into<String>) -> Self {
-        let args = ClientArgs {
-            server: server.into(),
-            token: Some(token.into()),
-        };
         HttpStore {
-            client: ApiClient::new(&args),
+            transport: Transport::new(&server.into(), token.into()),
             limits: StoreLimits::default(),
             timeout: Duration::from_secs(10),
         }
@@ -76,45 +94,53 @@ impl HttpStore {
         self
     }
 
-    /// Gives up on a request after `timeout` (10 s by default).
+    /// Gives up on a request after `timeout` (10 s by default). A watch's timeout covers only
+    /// opening it; an open watch ends after [`WATCH_IDLE_LIMIT`] of silence.
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
+    /// The server's base URL.
+    pub fn server(&self) -> &str {
+        self.transport.base()
+    }
+
     async fn call<T: DeserializeOwned>(
         &self,
-        method: Method,
-        path: &str,
+        route: Route,
         body: &impl Serialize,
     ) -> Result<T, StoreError> {
-        let body = serde_json::to_vec(body)
-            .map_err(|err| StoreError::unavailable(format!("encoding the request: {err}")))?;
-        let answer = tokio::time::timeout(self.timeout, self.client.json(method, path, body))
+        let (method, body) = if route.is_get() {
+            (Method::GET, Bytes::new())
+        } else {
+            let body = serde_json::to_vec(body)
+                .map_err(|err| StoreError::unavailable(format!("encoding the request: {err}")))?;
+            (Method::POST, Bytes::from(body))
+        };
+        let path = route.path();
+        let json = tokio::time::timeout(self.timeout, self.transport.json(method, path, body))
             .await
-            .map_err(|_| StoreError::Timeout(self.timeout))?
-            .map_err(|err| StoreError::unavailable(err.to_string()))?;
-        let json = answer.map_err(store_error)?;
+            .map_err(|_| StoreError::Timeout(self.timeout))??;
         serde_json::from_value(json)
             .map_err(|err| StoreError::unavailable(format!("unexpected answer from {path}: {err}")))
     }
-}
 
-/// The [`StoreError`] an error answer stands for.
-fn store_error(failure: Failure) -> StoreError {
-    if let Some(wire) = failure.body.get("store_error")
-        && let Ok(wire) = serde_json::from_value::<WireError>(wire.clone())
-    {
-        return wire.into_store_error();
-    }
-    match failure.status {
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => StoreError::Denied(failure.message()),
-        StatusCode::NOT_FOUND => StoreError::unavailable(format!(
-            "the server has no store protocol ({}); is it a cca server?",
-            failure.message()
-        )),
-        status => StoreError::unavailable(format!("{status}: {}", failure.message())),
+    async fn put_request(
+        &self,
+        key: &Key,
+        value: &Value,
+        lease: Option<LeaseId>,
+    ) -> Result<Revision, StoreError> {
+        self.limits.check_value(key, value.len())?;
+        let request = PutRequest {
+            key: key.as_str().to_owned(),
+            value: encode_value(value),
+            lease: lease.map(|l| l.0),
+        };
+        let answer: RevisionBody = self.call(Route::Put, &request).await?;
+        Ok(Revision(answer.revision))
     }
 }
 
@@ -125,7 +151,7 @@ impl FactStore for HttpStore {
         let request = GetRequest {
             key: key.as_str().to_owned(),
         };
-        let answer: GetAnswer = self.call(Method::POST, "/store/get", &request).await?;
+        let answer: GetAnswer = self.call(Route::Get, &request).await?;
         answer.fact.map(|f| f.into_fact()).transpose()
     }
 
@@ -146,7 +172,7 @@ impl FactStore for HttpStore {
         let request = GetRequest {
             key: key.as_str().to_owned(),
         };
-        let answer: GetAnswer = self.call(Method::POST, "/store/delete", &request).await?;
+        let answer: GetAnswer = self.call(Route::Delete, &request).await?;
         answer.fact.map(|f| f.into_fact()).transpose()
     }
 
@@ -155,7 +181,7 @@ impl FactStore for HttpStore {
         let request = ScanRequest {
             prefix: prefix.to_owned(),
         };
-        let answer: ScanAnswer = self.call(Method::POST, "/store/scan", &request).await?;
+        let answer: ScanAnswer = self.call(Route::Scan, &request).await?;
         Ok(Scan {
             revision: Revision(answer.revision),
             facts: answer
@@ -168,26 +194,21 @@ impl FactStore for HttpStore {
 
     async fn watch(&self, prefix: &str, start: Revision) -> Result<Self::Watch, StoreError> {
         ccattler_core::key::validate_prefix(prefix)?;
-        let path = format!(
-            "/store/watch?prefix={}&from={}",
-            encode(prefix),
-            start.get()
-        );
-        let response =
-            tokio::time::timeout(self.timeout, self.client.send(Method::GET, &path, "", &[]))
-                .await
-                .map_err(|_| StoreError::Timeout(self.timeout))?
-                .map_err(|err| StoreError::unavailable(err.to_string()))?;
+        let params = WatchParams {
+            prefix: prefix.to_owned(),
+            from: start.get(),
+        };
+        let path = format!("{}?{}", Route::Watch.path(), params.to_query());
+        let response = tokio::time::timeout(
+            self.timeout,
+            self.transport.send(Method::GET, &path, Bytes::new()),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout(self.timeout))??;
         let status = response.status();
         if !status.is_success() {
-            let bytes = http_body_util::BodyExt::collect(response.into_body())
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let body = serde_json::from_slice::<Json>(&bytes).unwrap_or_else(
-                |_| serde_json::json!({ "error": String::from_utf8_lossy(&bytes) }),
-            );
-            return Err(store_error(Failure { status, body }));
+            let body = transport::read_json(response.into_body()).await?;
+            return Err(transport::store_error(status, &body));
         }
         let reader = EventReader::new(response.into_body());
         Ok(stream::unfold(Some(reader), next_change).boxed())
@@ -196,9 +217,7 @@ impl FactStore for HttpStore {
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         // Checked here too, so a bad transaction fails the same way on every backend.
         self.limits.check_txn(&txn)?;
-        let answer: TxnAnswer = self
-            .call(Method::POST, "/store/txn", &WireTxn::from(&txn))
-            .await?;
+        let answer: TxnAnswer = self.call(Route::Txn, &WireTxn::from(&txn)).await?;
         Ok(TxnResponse {
             succeeded: answer.succeeded,
             revision: Revision(answer.revision),
@@ -206,7 +225,7 @@ impl FactStore for HttpStore {
     }
 
     async fn revision(&self) -> Result<Revision, StoreError> {
-        let answer: RevisionBody = self.call(Method::GET, "/store/revision", &()).await?;
+        let answer: RevisionBody = self.call(Route::Revision, &()).await?;
         Ok(Revision(answer.revision))
     }
 
@@ -214,13 +233,13 @@ impl FactStore for HttpStore {
         let request = RevisionBody {
             revision: revision.get(),
         };
-        let _: Json = self.call(Method::POST, "/store/compact", &request).await?;
+        let _: Json = self.call(Route::Compact, &request).await?;
         Ok(())
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<Lease, StoreError> {
         let answer: WireLease = self
-            .call(Method::POST, "/store/lease/grant", &WireLease::new(0, ttl))
+            .call(Route::LeaseGrant, &WireLease::new(0, ttl))
             .await?;
         Ok(Lease {
             id: LeaseId(answer.id),
@@ -230,40 +249,18 @@ impl FactStore for HttpStore {
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<Duration, StoreError> {
         let request = LeaseRequest { id: lease.0 };
-        let answer: WireLease = self
-            .call(Method::POST, "/store/lease/keep-alive", &request)
-            .await?;
+        let answer: WireLease = self.call(Route::LeaseKeepAlive, &request).await?;
         Ok(answer.ttl())
     }
 
     async fn revoke_lease(&self, lease: LeaseId) -> Result<(), StoreError> {
         let request = LeaseRequest { id: lease.0 };
-        let _: Json = self
-            .call(Method::POST, "/store/lease/revoke", &request)
-            .await?;
+        let _: Json = self.call(Route::LeaseRevoke, &request).await?;
         Ok(())
     }
 
     fn limits(&self) -> StoreLimits {
         self.limits
-    }
-}
-
-impl HttpStore {
-    async fn put_request(
-        &self,
-        key: &Key,
-        value: &Value,
-        lease: Option<LeaseId>,
-    ) -> Result<Revision, StoreError> {
-        self.limits.check_value(key, value.len())?;
-        let request = PutRequest {
-            key: key.as_str().to_owned(),
-            value: encode_value(value),
-            lease: lease.map(|l| l.0),
-        };
-        let answer: RevisionBody = self.call(Method::POST, "/store/put", &request).await?;
-        Ok(Revision(answer.revision))
     }
 }
 
@@ -276,35 +273,32 @@ async fn next_change(
         let event = match tokio::time::timeout(WATCH_IDLE_LIMIT, reader.next()).await {
             Err(_) => {
                 let err = StoreError::unavailable(format!(
-                    "the watch stream was silent for {WATCH_IDLE_LIMIT:?}"
+                    "the watch stream was silent for {WATCH_IDLE_LIMIT:?}; watch again"
                 ));
                 return Some((Err(err), None));
             }
-            Ok(Err(err)) => return Some((Err(StoreError::unavailable(err.to_string())), None)),
+            Ok(Err(err)) => return Some((Err(err), None)),
             Ok(Ok(None)) => {
-                let err = StoreError::unavailable("the server ended the watch stream");
+                let err = StoreError::unavailable("the server ended the watch stream; watch again");
                 return Some((Err(err), None));
             }
             Ok(Ok(Some(event))) => event,
         };
-        match event.event.as_str() {
-            "change" => {
-                let parsed = serde_json::from_str::<WireEvent>(&event.data)
-                    .map_err(|err| StoreError::unavailable(format!("a malformed event: {err}")))
-                    .and_then(WireEvent::into_event);
-                return match parsed {
-                    Ok(change) => Some((Ok(change), Some(reader))),
-                    Err(err) => Some((Err(err), None)),
-                };
-            }
-            "error" => {
-                let err = serde_json::from_str::<WireError>(&event.data).map_or_else(
-                    |_| StoreError::unavailable(event.data.clone()),
-                    WireError::into_store_error,
-                );
-                return Some((Err(err), None));
-            }
-            _ => continue,
+        if event.event == CHANGE_EVENT {
+            let parsed = serde_json::from_str::<WireEvent>(&event.data)
+                .map_err(|err| StoreError::unavailable(format!("a malformed watch event: {err}")))
+                .and_then(WireEvent::into_event);
+            return match parsed {
+                Ok(change) => Some((Ok(change), Some(reader))),
+                Err(err) => Some((Err(err), None)),
+            };
+        }
+        if event.event == ERROR_EVENT {
+            let err = serde_json::from_str::<WireError>(&event.data).map_or_else(
+                |_| StoreError::unavailable(event.data.clone()),
+                WireError::into_store_error,
+            );
+            return Some((Err(err), None));
         }
     }
 }
