@@ -13,6 +13,16 @@
 //!   the tokio runner and leader election).
 //! - Writing a store backend: [`FactStore`]; the conformance suite in `ccattler-testkit` checks
 //!   every guarantee it lists.
+//! - Choosing the store or runtime at run time (from a config file): [`dynamic`].
+//!
+//! ## Generics or `dyn`
+//!
+//! [`FactStore`] and [`Runtime`] use `async fn` in traits, so components take them as generics
+//! (`S: FactStore`): one compiled copy per backend, static calls, no allocation. When the
+//! backend is only known at run time, hold it as `Arc<dyn DynFactStore>` or
+//! `Arc<dyn DynRuntime>` instead ([`DynFactStore`], [`DynRuntime`]): every store and runtime
+//! converts to it, and it implements the generic trait itself, so the same components take it
+//! unchanged, at the cost of one boxed future per call.
 //!
 //! ## Layout
 //!
@@ -22,6 +32,7 @@
 //! | [`fact`] | [`Fact`], [`Revision`], [`LeaseId`], [`WatchEvent`] |
 //! | [`txn`] | [`Compare`], [`Op`], [`Txn`], [`StoreLimits`] |
 //! | [`store`] | the [`FactStore`] trait |
+//! | [`dynamic`] | [`DynFactStore`] and [`DynRuntime`], the object-safe forms for run-time choice |
 //! | [`error`] | [`StoreError`] |
 //! | [`view`] | [`FactView`], the immutable snapshot a reconcile reads |
 //! | [`controller`] | the [`Controller`] trait, [`Change`], [`ReconcileContext`], id sources |
@@ -42,6 +53,7 @@
 
 pub mod clock;
 pub mod controller;
+pub mod dynamic;
 pub mod error;
 pub mod fact;
 pub mod key;
@@ -56,6 +68,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use controller::{
     Change, Controller, IdSource, RandomIds, ReconcileContext, ReconcileError, SequentialIds,
 };
+pub use dynamic::{DynFactStore, DynRuntime, DynWatch};
 pub use error::StoreError;
 pub use fact::{EventKind, Fact, LeaseId, Revision, Value, WatchEvent};
 pub use key::{Key, KeyError};

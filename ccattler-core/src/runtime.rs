@@ -224,6 +224,12 @@ pub enum RuntimeError {
 ///   they are [`remove`](Runtime::remove)d.
 /// - Failures to start are reported, not hidden: either as an error of `ensure_running` or as an
 ///   observed [`InstanceState::Failed`] with the reason.
+///
+/// # Caveats
+///
+/// The trait uses `async fn`, so it is used through generics (`R: Runtime`). For a runtime
+/// chosen at run time, use `Arc<dyn DynRuntime>` ([`DynRuntime`](crate::DynRuntime)), which
+/// implements this trait.
 pub trait Runtime: Send + Sync + 'static {
     /// Makes sure the instance runs, starting it if it does not.
     fn ensure_running(

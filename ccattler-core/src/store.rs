@@ -46,7 +46,9 @@ pub struct Scan {
 /// # Caveats
 ///
 /// The trait uses `async fn` with `Send` futures and an associated watch type, so it is used
-/// through generics (`S: FactStore`) rather than `dyn FactStore`.
+/// through generics (`S: FactStore`) rather than `dyn FactStore`. For a store chosen at run
+/// time, use `Arc<dyn DynFactStore>` ([`DynFactStore`](crate::DynFactStore)), which implements
+/// this trait.
 pub trait FactStore: Send + Sync + 'static {
     /// The stream a watch returns. It yields events until the watcher drops it, or ends with one
     /// error (after which it yields `None`).
