@@ -72,6 +72,7 @@ scenarios! {
     bad_deploy_keeps_old_ready => "016_bad_deploy_keeps_old_ready.txt",
     returning_node_reports_stale => "017_returning_node_reports_stale.txt",
     outdated_that_do_not_count_are_stopped => "018_outdated_that_do_not_count_are_stopped.txt",
+    late_node_gets_its_share => "019_late_node_gets_its_share.txt",
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, ScheduleInput};
 use ccattler_controllers::standard::{Cluster, Instance, IntentResolver};
 use ccattler_core::schema::{
     self, DesiredState, Endpoints, InstanceObservation, NodeStatus, ScaleIntent, ServiceStatus,
@@ -116,7 +117,10 @@ impl Snapshot {
     /// Whether every desired service is fully converged: exactly its count of current-version
     /// instances, all running and ready on live nodes, none stopping; status desired = present =
     /// running = ready; endpoints list each that serves at an address; no placement left over;
-    /// and nothing is left of deleted services. [`gaps`](Self::gaps) says what is missing.
+    /// nothing is left of deleted services; and the spread is the one a clean start would
+    /// choose: the pure scheduler, asked to rebalance every service, suggests no move (no
+    /// alive node holds two instances of a service more than another eligible node with room
+    /// for one). [`gaps`](Self::gaps) says what is missing.
     pub fn is_converged(&self) -> bool {
         self.gaps().is_empty()
     }
@@ -205,7 +209,53 @@ impl Snapshot {
                 gaps.push(format!("status of deleted {name} is left"));
             }
         }
+        if gaps.is_empty() {
+            gaps.extend(self.spread_gaps());
+        }
         gaps
+    }
+
+    /// The moves the pure scheduler ([`scheduler::schedule`], every service rebalanced) would
+    /// still make on this store: a service whose spread is not what a clean start chooses.
+    /// Judged only once everything else is converged, and independently of the scheduler
+    /// controller's own reading.
+    fn spread_gaps(&self) -> Vec<String> {
+        let cluster = self.cluster();
+        let nodes: Vec<Node<'_>> = cluster
+            .nodes
+            .iter()
+            .map(|(name, status)| Node::from_status(status, cluster.alive.contains(name)))
+            .collect();
+        let existing: Vec<Existing<'_>> = cluster
+            .instances
+            .values()
+            .filter(|i| i.node_alive)
+            .filter_map(|i| {
+                let spec = cluster.services.get(&i.desired.service)?;
+                Some(Existing {
+                    instance: &i.id,
+                    service: &i.desired.service,
+                    node: i.node.as_deref()?,
+                    resources: spec.resources,
+                    placement: &spec.placement,
+                })
+            })
+            .collect();
+        let plan = scheduler::schedule(&ScheduleInput {
+            nodes: &nodes,
+            existing: &existing,
+            rebalance: Rebalance::All,
+            ..ScheduleInput::default()
+        });
+        plan.rebalance
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}: the spread is not a clean start's: {} would move from {} to {}",
+                    m.service, m.instance, m.from, m.to
+                )
+            })
+            .collect()
     }
 
     /// One line per service: its status, and the placement counts per node, for messages.
