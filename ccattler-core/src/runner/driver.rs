@@ -42,6 +42,10 @@ impl<S: FactStore> Task<S> {
             self.config.clone(),
             self.seed,
         );
+        // The runner checked at setup that every name makes a valid marker key.
+        if let Ok(marker) = super::commit_marker(&name) {
+            machine.set_commit_marker(marker);
+        }
         let limit = self.store.limits().max_txn_ops;
         machine.set_max_changes(limit.saturating_sub(self.fences.len()));
         let mut ids = RandomIds::from_entropy();

@@ -8,8 +8,8 @@ use rand::rngs::SmallRng;
 
 use super::{Backoff, LoopConfig};
 use crate::{
-    Change, Compare, FactView, Op, ReconcileError, Revision, Scan, StoreError, Txn, TxnResponse,
-    WatchEvent,
+    Change, Compare, FactView, Key, KeyError, Op, ReconcileError, Revision, Scan, StoreError, Txn,
+    TxnResponse, WatchEvent,
 };
 
 /// After this many conflicts in a row the loop lists again instead of trusting its view.
@@ -153,6 +153,7 @@ pub struct ControllerLoop {
     truncated: bool,
     outbox: VecDeque<Action>,
     stats: LoopStats,
+    marker: Option<Key>,
 }
 
 impl ControllerLoop {
@@ -198,7 +199,21 @@ impl ControllerLoop {
             truncated: false,
             outbox: VecDeque::new(),
             stats: LoopStats::default(),
+            marker: None,
         }
+    }
+
+    /// Guards every commit with the controller's commit marker `key` (see "One writer at a
+    /// time" above): the loop also lists and watches it, and each commit rewrites it. Its key is
+    /// [`commit_marker`] of the controller's name. Call it before the first
+    /// [`next_action`](Self::next_action); each commit then holds one more op.
+    pub fn set_commit_marker(&mut self, key: Key) {
+        let covered = self.prefixes.iter().any(|p| key.has_prefix(p));
+        if !covered {
+            self.prefixes.push(key.as_str().to_owned());
+            self.prefixes.sort();
+        }
+        self.marker = Some(key);
     }
 
     /// Limits how many changes go into one transaction (the store's op limit minus any fencing
@@ -395,8 +410,12 @@ impl ControllerLoop {
             self.conflicts = 0;
             return self.finish_busy();
         }
-        self.truncated = effective.len() > self.max_changes;
-        effective.truncate(self.max_changes);
+        let room = self
+            .max_changes
+            .saturating_sub(usize::from(self.marker.is_some()))
+            .max(1);
+        self.truncated = effective.len() > room;
+        effective.truncate(room);
         let mut txn = Txn::new();
         for change in &effective {
             let held = self
@@ -410,6 +429,16 @@ impl ControllerLoop {
                 Change::Put { key, value } => Op::put(key.clone(), value.clone()),
                 Change::Delete { key } => Op::delete(key.clone()),
             });
+        }
+        if let Some(marker) = &self.marker {
+            let held = self
+                .view
+                .get(marker.as_str())
+                .map(|f| f.mod_revision)
+                .unwrap_or_default();
+            txn.compares
+                .push(Compare::mod_revision(marker.clone(), held));
+            txn.then.push(Op::put(marker.clone(), MARKER_VALUE));
         }
         self.in_flight = effective;
         self.phase = Phase::Committing;
@@ -481,9 +510,28 @@ impl ControllerLoop {
         self.view.is_noop(change)
     }
 
-    fn apply_own(&mut self, changes: Vec<Change>, revision: Revision) {
+    fn apply_own(&mut self, mut changes: Vec<Change>, revision: Revision) {
+        if let Some(marker) = &self.marker {
+            changes.push(Change::put(marker.clone(), MARKER_VALUE));
+        }
         self.view.apply(changes, revision);
     }
+}
+
+/// Where each controller's commit marker lives: `runner/commit/{controller}` (see
+/// [`ControllerLoop::set_commit_marker`]). Only the runner writes there.
+pub const COMMIT_MARKERS: &str = "runner/commit/";
+
+/// What a commit marker holds; only its revision matters.
+const MARKER_VALUE: &str = "commit";
+
+/// The commit marker key of the controller named `controller`.
+///
+/// # Errors
+///
+/// [`KeyError`] when the name is not a valid key path (empty, `//`, NUL).
+pub fn commit_marker(controller: &str) -> Result<Key, KeyError> {
+    Key::join(COMMIT_MARKERS, [controller])
 }
 
 /// The runner's check of one reconcile's changes: every key inside the write `domain` (a list

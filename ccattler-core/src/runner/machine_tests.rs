@@ -393,3 +393,79 @@ fn stale_events_do_not_overwrite_newer_facts() {
     assert!(!l.view().contains("in/a"));
     expect_reconcile(&mut l);
 }
+
+/// A loop over `in/` writing `out/` with the commit marker of controller `c`, listed at revision
+/// 10 with the marker last written at 7.
+fn marked_loop() -> ControllerLoop {
+    let mut l = ControllerLoop::new(
+        vec!["in/".into()],
+        vec!["out/".into()],
+        LoopConfig::default(),
+        1,
+    );
+    l.set_commit_marker(commit_marker("c").unwrap());
+    let Some(Action::List { prefixes }) = l.next_action() else {
+        panic!("expected a list");
+    };
+    assert_eq!(prefixes, ["in/", "out/", "runner/commit/c"]);
+    let scan = |facts| Scan {
+        revision: Revision(10),
+        facts,
+    };
+    l.listed(Ok(vec![
+        scan(vec![fact("in/a", "1", 5)]),
+        scan(vec![]),
+        scan(vec![fact("runner/commit/c", "commit", 7)]),
+    ]));
+    assert!(matches!(l.next_action(), Some(Action::Watch { .. })));
+    l
+}
+
+fn marker_guard(txn: &crate::Txn) -> Option<Revision> {
+    txn.compares.iter().find_map(|c| match c.target {
+        CompareTarget::ModRevision(rev) if c.key.as_str() == "runner/commit/c" => Some(rev),
+        _ => None,
+    })
+}
+
+#[test]
+fn every_commit_rewrites_the_marker_guarded_by_its_revision() {
+    let mut l = marked_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    let txn = expect_commit(&mut l);
+    assert_eq!(marker_guard(&txn), Some(Revision(7)));
+    assert!(
+        txn.then
+            .iter()
+            .any(|op| op.key().as_str() == "runner/commit/c"),
+        "the commit moves the marker"
+    );
+    l.committed(ok(11));
+    // Our own commit moved it: the next commit is guarded by 11, and the echo changes nothing.
+    l.event(put_event("runner/commit/c", "commit", 11));
+    assert!(l.next_action().is_none(), "an echo does not reconcile");
+    l.event(put_event("in/a", "2", 12));
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "2")]));
+    assert_eq!(marker_guard(&expect_commit(&mut l)), Some(Revision(11)));
+}
+
+#[test]
+fn a_late_commit_of_an_earlier_loop_makes_the_next_one_reconcile_again() {
+    let mut l = marked_loop();
+    expect_reconcile(&mut l);
+    // Planned on a view without the earlier loop's late write...
+    l.reconciled(Ok(vec![Change::put(key("out/y"), "mine")]));
+    let txn = expect_commit(&mut l);
+    assert_eq!(marker_guard(&txn), Some(Revision(7)));
+    // ...which landed meanwhile and moved the marker: the store refuses the commit.
+    l.committed(conflict());
+    l.event(put_event("out/x", "theirs", 12));
+    l.event(put_event("runner/commit/c", "commit", 12));
+    l.tick(Duration::from_secs(2));
+    let view = expect_reconcile(&mut l);
+    assert!(view.get("out/x").is_some(), "the retry sees the late write");
+    l.reconciled(Ok(vec![Change::put(key("out/y"), "mine")]));
+    assert_eq!(marker_guard(&expect_commit(&mut l)), Some(Revision(12)));
+}

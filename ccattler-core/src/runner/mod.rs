@@ -29,7 +29,10 @@ mod tokio_runner;
 
 pub use backoff::{Backoff, LoopConfig};
 pub use leader::{LeaderElection, Leadership, NoElection};
-pub use machine::{Action, ControllerLoop, LoopStats, ReconcileFailure, check_changes};
+pub use machine::{
+    Action, COMMIT_MARKERS, ControllerLoop, LoopStats, ReconcileFailure, check_changes,
+    commit_marker,
+};
 
 #[cfg(feature = "tokio")]
 pub use lease_election::{LeaseElection, LeaseElectionConfig};

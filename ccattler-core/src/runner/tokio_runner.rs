@@ -119,6 +119,12 @@ impl<S: FactStore + Clone, E: LeaderElection> TokioRunner<S, E> {
         let mut names = std::collections::HashSet::new();
         let mut domains: Vec<(String, String)> = Vec::new();
         for controller in &self.controllers {
+            if let Err(err) = super::commit_marker(controller.name()) {
+                return Err(RunnerError::Setup(format!(
+                    "controller name {:?} cannot name its commit marker key: {err}",
+                    controller.name()
+                )));
+            }
             if !names.insert(controller.name().to_owned()) {
                 return Err(RunnerError::Setup(format!(
                     "two controllers are named {}",

@@ -23,6 +23,7 @@
 //! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
 //! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
 //! | `status/rebalance/{svc}` | [`RebalanceMove`] | scheduler |
+//! | `runner/commit/{controller}` | a commit marker: rewritten by every commit of the controller (see [`ControllerLoop::set_commit_marker`](crate::runner::ControllerLoop::set_commit_marker)) | the runner |
 //!
 //! Service names are paths (`team/web`), so they may span several key segments; node names and
 //! instance ids are single segments. Placements and observations are keyed by node first, so an

@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
+use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure, commit_marker};
 use ccattler_core::{Controller, RandomIds, ReconcileContext, StoreError, WatchEvent};
 use ccattler_runtime::agent::{
     self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, StopReason,
@@ -57,6 +57,9 @@ impl ControllerActor {
             seed,
         );
         machine.set_max_changes(max_changes);
+        if let Ok(marker) = commit_marker(controller.name()) {
+            machine.set_commit_marker(marker);
+        }
         ControllerActor {
             name: controller.name().to_owned(),
             make,
@@ -82,6 +85,9 @@ impl ControllerActor {
             seed,
         );
         self.machine.set_max_changes(self.max_changes);
+        if let Ok(marker) = commit_marker(self.controller.name()) {
+            self.machine.set_commit_marker(marker);
+        }
         self.incarnation += 1;
         self.watch_generation += 1;
         self.wake = None;
