@@ -57,6 +57,11 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 /// after a failed one, reads everything.
 /// An instance that fits nowhere costs a pass over every node, to count in its
 /// [`Unsatisfied`](crate::scheduler::Unsatisfied) reason why each node cannot take it.
+///
+/// Rebalancing costs, per service judged, a pass over its instances and the ranking of one
+/// more instance. A pass judges only the services whose instances, spec or record changed,
+/// unless a node's status, liveness or reservation changed (where one more instance of any
+/// service would go may then differ): then it judges every service, O(instances) in all.
 #[derive(Debug, Default)]
 pub struct SchedulerController {
     cache: ScheduleCache,
