@@ -64,7 +64,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let before = resident_bytes().unwrap_or(0);
     let started = Instant::now();
-    let report = Simulation::builder(desired(&document(6_000, 4_000))?)
+    // Applied once the nodes have registered (2 s): applied at once, the first nodes to
+    // register take what fits, and evening that out moves instances one at a time (max_extra 1)
+    // for far longer than the run.
+    let report = Simulation::builder(desired("")?)
+        .then_apply(Duration::from_secs(2), desired(&document(6_000, 4_000))?)
         .seed(1)
         .nodes(1_000, Cpu::from_millis(8_000), Memory::from_bytes(16 << 30))
         .faults(FaultRates::default())

@@ -8,7 +8,7 @@ use ccattler_core::schema::{self, Assignment, DesiredState, Unschedulable};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cluster::Cluster;
-use super::schedule_cache::{ScheduleCache, ScheduleState};
+use super::schedule_cache::{SPREAD_SWEEP, ScheduleCache, ScheduleState};
 use super::spread;
 use crate::scheduler::{LiveIndex, Placed, Request};
 
@@ -32,8 +32,8 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 /// The rule, and why moves end where a fresh placement would put the service, are in
 /// [`RebalanceMove`](ccattler_core::schema::RebalanceMove) and the `spread` module's docs: a
 /// settled service gets a record while its most crowded alive node holds at least two more
-/// than the node one more instance would be placed on. Services are judged again when their
-/// instances, spec or record change, and all of them when a node comes, goes or changes.
+/// than the node one more instance would be placed on. See "Cost" for when services are
+/// judged.
 ///
 /// # Guarantees
 ///
@@ -59,9 +59,12 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 /// [`Unsatisfied`](crate::scheduler::Unsatisfied) reason why each node cannot take it.
 ///
 /// Rebalancing costs, per service judged, a pass over its instances and the ranking of one
-/// more instance. A pass judges only the services whose instances, spec or record changed,
-/// unless a node's status, liveness or reservation changed (where one more instance of any
-/// service would go may then differ): then it judges every service, O(instances) in all.
+/// more instance. A pass judges the services whose instances, spec or record changed; every
+/// service (O(instances) in all) after a fresh read, when a node's status or liveness changed,
+/// and otherwise at most every 5 s of reconcile time, which bounds how late a reservation
+/// freed by one service is noticed as room for another's move. So an incremental pass may
+/// suggest a move up to 5 s later than a fresh read of the same view would; placements are
+/// the same either way.
 #[derive(Debug, Default)]
 pub struct SchedulerController {
     cache: ScheduleCache,
@@ -99,7 +102,7 @@ impl Controller for SchedulerController {
     fn reconcile(
         &self,
         facts: &FactView,
-        _ctx: &mut ReconcileContext<'_>,
+        ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
         self.cache.run(facts, |state, check| {
             let ScheduleState {
@@ -107,17 +110,26 @@ impl Controller for SchedulerController {
                 index,
                 pending,
                 spread_changed,
+                spread_swept,
                 spread_pending,
                 ..
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
             plan(cluster, index, facts, &mut changes)?;
-            let services = spread_changed.take().unwrap_or_else(|| {
-                let records = facts.scan(schema::REBALANCE);
-                let named = records.filter_map(|f| f.key.strip_prefix(schema::REBALANCE));
-                let specs = cluster.services.keys().map(String::as_str);
-                specs.chain(named).map(str::to_owned).collect()
-            });
+            let now = ctx.now();
+            let sweep_due = spread_swept
+                .and_then(|at| now.duration_since(at).ok())
+                .is_none_or(|since| since >= SPREAD_SWEEP);
+            let services = match spread_changed.take() {
+                Some(changed) if !sweep_due => changed,
+                _ => {
+                    *spread_swept = Some(now);
+                    let records = facts.scan(schema::REBALANCE);
+                    let named = records.filter_map(|f| f.key.strip_prefix(schema::REBALANCE));
+                    let specs = cluster.services.keys().map(String::as_str);
+                    specs.chain(named).map(str::to_owned).collect()
+                }
+            };
             let before = changes.len();
             let names = services.iter().map(String::as_str);
             spread::suggest(cluster, index, facts, names, &mut changes)?;

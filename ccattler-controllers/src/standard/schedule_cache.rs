@@ -11,6 +11,11 @@ use ccattler_core::{FactView, Key};
 use super::cluster::Cluster;
 use crate::scheduler::LiveIndex;
 
+/// How often, at most, the scheduler judges the spread of every service even though only
+/// reservations changed (reconcile time): a freed node may now take an instance of a service
+/// none of whose own facts changed.
+pub(crate) const SPREAD_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the scheduler controller keeps between passes, all derived from the last view.
 #[derive(Debug)]
 pub(crate) struct ScheduleState {
@@ -22,9 +27,12 @@ pub(crate) struct ScheduleState {
     /// Instances whose placement did not mirror their desired record in the last pass.
     pub pending: BTreeSet<String>,
     /// The services whose rebalancing suggestion may have changed since the last pass, or
-    /// `None` for every service: after a fresh read, and whenever a node's status, liveness or
-    /// reservation changed (where one more instance of any service would go may differ).
+    /// `None` for every service: after a fresh read, and whenever a node's status or liveness
+    /// changed. (A reservation freed or taken by one service may change where one more
+    /// instance of another would go; [`SPREAD_SWEEP`] bounds how late that is noticed.)
     pub spread_changed: Option<BTreeSet<String>>,
+    /// When (reconcile time) every service was last judged.
+    pub spread_swept: Option<std::time::SystemTime>,
     /// Services whose suggestion the last pass rewrote: judged again, should the write not
     /// have been committed.
     pub spread_pending: BTreeSet<String>,
@@ -95,6 +103,7 @@ fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
         index,
         pending: BTreeSet::new(),
         spread_changed: None,
+        spread_swept: None,
         spread_pending: BTreeSet::new(),
     };
     (state, check)
@@ -106,12 +115,14 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
     let mut nodes = BTreeSet::new();
     let mut services = BTreeSet::new();
     let mut spread = BTreeSet::new();
+    let mut node_changed = false;
     for (key, _, new) in view.changes_since(&state.view) {
         state.cluster.apply(key, new);
         classify(key, &mut ids, &mut nodes, &mut services);
         if let Some(service) = key.strip_prefix(schema::REBALANCE) {
             spread.insert(service.to_owned());
         }
+        node_changed |= key.has_prefix(schema::NODE_LEASES) || key.has_prefix(schema::NODES);
     }
     state.cluster.take_touched();
     let cluster = &state.cluster;
@@ -144,7 +155,7 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
             reserved(cluster, name),
         );
     }
-    state.spread_changed = nodes.is_empty().then_some(spread);
+    state.spread_changed = (!node_changed).then_some(spread);
     state.view = view.clone();
     ids
 }
