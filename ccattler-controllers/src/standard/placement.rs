@@ -61,8 +61,9 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 /// Rebalancing costs, per service judged, a pass over its instances and the ranking of one
 /// more instance. A pass judges the services whose instances, spec or record changed; every
 /// service (O(instances) in all) after a fresh read, when a node's status or liveness changed,
-/// and otherwise at most every 5 s of reconcile time, which bounds how late a reservation
-/// freed by one service is noticed as room for another's move. So an incremental pass may
+/// and otherwise at most every 5 s of reconcile time (passes happen on changes, and at least
+/// every resync of the runner), which bounds how late a reservation freed by one service is
+/// noticed as room for another's move. So an incremental pass may
 /// suggest a move up to 5 s later than a fresh read of the same view would; placements are
 /// the same either way.
 #[derive(Debug, Default)]

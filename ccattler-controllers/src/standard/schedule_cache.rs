@@ -132,11 +132,13 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
             let node = instance.node.as_deref()?;
             Some((instance.desired.service.as_str(), node))
         });
-        if let Some((_, node)) = now {
+        if let Some((service, node)) = now {
             nodes.insert(node.to_owned());
+            spread.insert(service.to_owned());
         }
-        if let Some((_, node)) = index.set_instance(id, now) {
+        if let Some((service, node)) = index.set_instance(id, now) {
             nodes.insert(node);
+            spread.insert(service); // it left a node: its service may be settled now
         }
         if let Some(instance) = cluster.instances.get(id) {
             spread.insert(instance.desired.service.clone());
