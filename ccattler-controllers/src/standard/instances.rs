@@ -343,9 +343,12 @@ impl ServicePlan<'_> {
             if new.standing(self.restart) != Standing::Active {
                 continue;
             }
+            // Several new instances may name one old one (a move started twice across a
+            // restart): it is stopped once, and one that is itself moving is left alone.
             if new.is_ready() {
-                stop(old, changes);
-                moving.insert(old.id.as_str());
+                if moving.insert(old.id.as_str()) {
+                    stop(old, changes);
+                }
             } else {
                 moving.insert(new.id.as_str());
             }
