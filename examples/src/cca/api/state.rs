@@ -10,9 +10,15 @@
 //! | op | holds when the field |
 //! |---|---|
 //! | `==`, `!=` | equals (does not equal) `value`, as JSON |
-//! | `<`, `<=`, `>`, `>=` | compares so with `value`: both numbers, or both strings |
+//! | `<`, `<=`, `>`, `>=` | compares so with `value`: by value when either is a quantity, else both numbers or both strings |
 //! | `exists` | is present (`value` `false`: is absent) |
 //! | `prefix` | is a string starting with the string `value` |
+//!
+//! Quantities compare by value, the way records store them: a string with a CPU unit
+//! (`"500m"`) is millicores, one with a memory unit (`"256Mi"`, `"1G"`) is bytes. The other side
+//! may be the same kind of string (`"2"` is 2 cores against a CPU, 2 bytes against memory) or a
+//! bare number in that base unit, so `cpu >= 200` holds for a stored `"500m"`, and
+//! `memory < "1Gi"` for `"256Mi"`.
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -20,6 +26,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
+use ccattler_core::schema::{Cpu, Memory};
 use ccattler_core::{Fact, FactStore, Key};
 use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
@@ -83,6 +90,9 @@ impl Predicate {
             }
             (op, Some(field)) => {
                 let ordering = match (field, &self.value) {
+                    (a, b) if Quantity::of(a).is_some() || Quantity::of(b).is_some() => {
+                        Quantity::compare(a, b)
+                    }
                     (Json::Number(a), Json::Number(b)) => a
                         .as_f64()
                         .zip(b.as_f64())
@@ -99,6 +109,63 @@ impl Predicate {
                 })
             }
             _ => false,
+        }
+    }
+}
+
+/// A CPU or memory quantity written with its unit, in its base unit (millicores, bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Quantity {
+    Cpu(u64),
+    Memory(u64),
+}
+
+impl Quantity {
+    /// The quantity a JSON string spells with a unit (`"500m"`, `"256Mi"`); `None` for
+    /// anything else, plain numbers included.
+    fn of(value: &Json) -> Option<Self> {
+        let text = value.as_str()?;
+        let unit = text.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        if unit.is_empty() || unit.len() == text.len() {
+            return None;
+        }
+        if unit == "m" {
+            return text.parse::<Cpu>().ok().map(|c| Quantity::Cpu(c.millis()));
+        }
+        text.parse::<Memory>()
+            .ok()
+            .map(|m| Quantity::Memory(m.bytes()))
+    }
+
+    /// `value` read as the same kind of quantity as `self`: a string in that kind's forms, or
+    /// a number in its base unit.
+    fn like(self, value: &Json) -> Option<u64> {
+        match value {
+            Json::Number(n) => n.as_u64(),
+            Json::String(text) => match self {
+                Quantity::Cpu(_) => text.parse::<Cpu>().ok().map(Cpu::millis),
+                Quantity::Memory(_) => text.parse::<Memory>().ok().map(Memory::bytes),
+            },
+            _ => None,
+        }
+    }
+
+    fn amount(self) -> u64 {
+        match self {
+            Quantity::Cpu(n) | Quantity::Memory(n) => n,
+        }
+    }
+
+    /// How `field` compares with `operand` when at least one is a quantity with a unit.
+    fn compare(field: &Json, operand: &Json) -> Option<std::cmp::Ordering> {
+        match (Quantity::of(field), Quantity::of(operand)) {
+            (Some(a), Some(b)) if std::mem::discriminant(&a) == std::mem::discriminant(&b) => {
+                Some(a.amount().cmp(&b.amount()))
+            }
+            (Some(_), Some(_)) => None, // cpu against memory: incomparable
+            (Some(a), None) => a.like(operand).map(|b| a.amount().cmp(&b)),
+            (None, Some(b)) => b.like(field).map(|a| a.cmp(&b.amount())),
+            (None, None) => None,
         }
     }
 }
@@ -282,5 +349,32 @@ mod tests {
         assert!(predicate("zone", "exists", json!(false)).holds(&fact));
         assert!(!predicate("zone", "exists", Json::Null).holds(&fact));
         assert!(!predicate("state", "<", json!(3)).holds(&fact));
+    }
+
+    #[test]
+    fn quantities_compare_by_value() {
+        let fact = json!({"cpu": "500m", "memory": "256Mi", "name": "2m-web"});
+        assert!(
+            predicate("cpu", ">=", json!(200)).holds(&fact),
+            "200 millicores"
+        );
+        assert!(!predicate("cpu", ">=", json!(600)).holds(&fact));
+        assert!(predicate("cpu", "<", json!("1")).holds(&fact), "1 core");
+        assert!(predicate("cpu", ">", json!("0.25")).holds(&fact));
+        assert!(predicate("memory", "<", json!("1Gi")).holds(&fact));
+        assert!(
+            predicate("memory", ">", json!(1_000_000)).holds(&fact),
+            "bytes"
+        );
+        assert!(!predicate("memory", ">", json!("1G")).holds(&fact));
+        assert!(
+            !predicate("cpu", "<", json!("1Gi")).holds(&fact),
+            "cpu vs memory"
+        );
+        // Stored as numbers, compared with a quantity: the number is in the base unit.
+        let numbers = json!({"cpu": 500});
+        assert!(predicate("cpu", ">", json!("200m")).holds(&numbers));
+        // Not quantities: plain string order, as before.
+        assert!(predicate("name", ">", json!("1")).holds(&fact));
     }
 }
