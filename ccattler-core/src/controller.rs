@@ -9,6 +9,10 @@ use rand::{Rng, SeedableRng};
 use crate::{FactView, Key, KeyError, Value};
 
 /// A proposed change to one fact. Controllers return changes; the runner commits them.
+///
+/// Its [`Display`](fmt::Display) form is one line, `+ KEY = VALUE` or `- KEY` (the value as text
+/// when it is, else escaped; see [`plan`](crate::plan)), and a [`Plan`](crate::Plan) renders a list
+/// of them sorted by key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     /// Make `key` hold `value`.

@@ -8,7 +8,7 @@
 //! ## Where to start
 //!
 //! - Writing a controller: read [`Controller`], then [`FactView`] (what it reads) and [`Change`]
-//!   (what it returns).
+//!   (what it returns). [`Plan`] renders its changes as the stable text snapshot tests store.
 //! - Running controllers: [`runner`] (the deterministic loop logic, and with the `tokio` feature,
 //!   the tokio runner and leader election).
 //! - Writing a store backend: [`FactStore`]; the conformance suite in `ccattler-testkit` checks
@@ -36,6 +36,7 @@
 //! | [`error`] | [`StoreError`] |
 //! | [`view`] | [`FactView`], the immutable snapshot a reconcile reads |
 //! | [`controller`] | the [`Controller`] trait, [`Change`], [`ReconcileContext`], id sources |
+//! | [`plan`] | [`Plan`]: changes as stable text, one per line, sorted by key (what snapshots store) |
 //! | [`clock`] | [`Clock`], [`SystemClock`], [`ManualClock`] |
 //! | [`runtime`] | the [`Runtime`] contract for node agents |
 //! | [`schema`] | the standard schema: service specs, instances, placements, nodes, the key table |
@@ -57,6 +58,7 @@ pub mod dynamic;
 pub mod error;
 pub mod fact;
 pub mod key;
+pub mod plan;
 pub mod runner;
 pub mod runtime;
 pub mod schema;
@@ -72,6 +74,7 @@ pub use dynamic::{DynFactStore, DynRuntime, DynWatch};
 pub use error::StoreError;
 pub use fact::{EventKind, Fact, LeaseId, Revision, Value, WatchEvent};
 pub use key::{Key, KeyError};
+pub use plan::Plan;
 pub use runner::Runner;
 pub use runtime::{
     ExecOutput, FileSpec, InstanceSpec, InstanceState, InstanceStats, MountSpec, ObservedInstance,

@@ -10,13 +10,15 @@
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |
 //! | [`runtime_conformance`] | the [`Runtime`](ccattler_core::Runtime) conformance suite: a harness trait, one entry point, one check per guarantee |
 //! | [`sim`] | [`sim::Simulation`]: the whole cluster from one seed on virtual time, real controller and agent loops, runner replicas, nine fault kinds, invariants after every step |
-//! | [`scenario`] | deterministic scenario files: facts, events and expectations run through every standard controller |
+//! | [`harness`] | [`harness::Harness`]: snapshot tests of any controllers: facts in, one reconcile's plan or a run to a fixpoint out, as stable text |
+//! | [`scenario`] | deterministic scenario files: facts, events and expectations run through the standard controllers, or any others |
 
 #![deny(missing_docs)]
 
 pub mod cluster;
 pub mod conformance;
 pub mod faulty;
+pub mod harness;
 pub mod runtime_conformance;
 pub mod scenario;
 pub mod sim;

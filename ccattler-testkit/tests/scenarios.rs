@@ -6,16 +6,18 @@ use std::sync::Arc;
 
 use ccattler_core::{Change, Controller, FactView, Key, ReconcileContext, ReconcileError};
 
-use ccattler_testkit::scenario::{self, run_str};
+use ccattler_testkit::scenario::{self, World, run_str};
+use ccattler_testkit::toy::ReplicaController;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
 }
 
-/// Runs one file and asserts its snapshots as `scenarios__{file stem}@{nn}-{name}.snap`.
-fn run(file: &str) {
+/// Runs one file in `world` and asserts its snapshots as
+/// `scenarios__{file stem}@{nn}-{name}.snap`.
+fn run(file: &str, world: World) {
     let path = dir().join(file);
-    let outcome = scenario::run_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = scenario::run_file_with(&path, world).unwrap_or_else(|e| panic!("{e}"));
     let stem = file.trim_end_matches(".txt");
     for snapshot in outcome.snapshots {
         insta::with_settings!({
@@ -28,12 +30,22 @@ fn run(file: &str) {
     }
 }
 
+/// The world a scenario runs in: the standard controllers unless the list names another.
+macro_rules! world {
+    () => {
+        World::new()
+    };
+    ($world:expr) => {
+        $world
+    };
+}
+
 macro_rules! scenarios {
-    ($($test:ident => $file:literal,)*) => {
+    ($($test:ident => $file:literal $(in $world:expr)?,)*) => {
         $(
             #[test]
             fn $test() {
-                run($file);
+                run($file, world!($($world)?));
             }
         )*
 
@@ -73,6 +85,12 @@ scenarios! {
     returning_node_reports_stale => "017_returning_node_reports_stale.txt",
     outdated_that_do_not_count_are_stopped => "018_outdated_that_do_not_count_are_stopped.txt",
     late_node_gets_its_share => "019_late_node_gets_its_share.txt",
+    generic_facts_own_controller => "020_generic_facts_own_controller.txt" in toy_world(),
+}
+
+/// A world whose only controller is the toy replica controller.
+fn toy_world() -> World {
+    World::with_controllers(|| vec![Arc::new(ReplicaController) as Arc<dyn Controller>])
 }
 
 #[test]
@@ -219,6 +237,20 @@ fn wrong_expectations_fail_with_what_was_found() {
             "found n1=2 (on dead nodes: n2=1)",
         ),
         ("observe web-i9 failed", "no instance `web-i9`"),
+        (
+            "expect fact effective/service/web none",
+            "expected fact effective/service/web none, found {\"instances\":3,",
+        ),
+        (
+            "expect fact desired/service/nope a value",
+            "expected fact desired/service/nope a value, found none",
+        ),
+        ("fact delete no/such", "no fact no/such to delete"),
+        ("fact put /bad 1", "key \"/bad\" starts with `/`"),
+        (
+            "fact put a/b",
+            "expected `fact put KEY VALUE` or `fact delete KEY`",
+        ),
         (
             "step bogus",
             "no controller `bogus`; the controllers are intent-resolver, instances",

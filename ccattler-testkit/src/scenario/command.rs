@@ -1,8 +1,10 @@
 //! The commands of a scenario file and their parser: one command per line.
 
 use ccattler_core::schema::{Health, ObservedState};
+use ccattler_core::{Key, Value};
 
 use super::attrs::{NodeAttr, ServiceAttr, parse_node_attr, parse_service_attr};
+use super::query::{Selector, parse_selector};
 
 /// One parsed line.
 #[derive(Clone, Debug)]
@@ -29,6 +31,10 @@ pub(crate) enum Command {
     },
     /// `delete service NAME`.
     DeleteService { name: String },
+    /// `fact put KEY VALUE`: put any fact (VALUE is the rest of the line).
+    FactPut { key: Key, value: Value },
+    /// `fact delete KEY`: delete any fact.
+    FactDelete { key: Key },
     /// `intent NAME N`: the autoscaler recommends N instances.
     Intent { service: String, instances: u32 },
     /// `observe SELECTOR STATE [ready|unready] [healthy|unhealthy]`.
@@ -66,20 +72,6 @@ pub(crate) enum SnapshotOf {
     Plan(String),
     /// The facts under a prefix.
     Facts(String),
-}
-
-/// Which instances a selector names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Selector {
-    /// `web-i3`: exactly this id.
-    Id(String),
-    /// `web#0`: the n-th instance of the service in creation order.
-    Nth(String, usize),
-    /// `web:running`: instances of the service whose observed state is this (`pending` includes
-    /// instances with no observation).
-    State(String, ObservedState),
-    /// `web@n1`: instances of the service placed on this node.
-    OnNode(String, String),
 }
 
 /// One `expect` line.
@@ -122,6 +114,8 @@ pub(crate) enum Expectation {
     Effective { service: String, instances: u32 },
     /// `expect no-changes [CONTROLLER]`.
     NoChanges(Option<String>),
+    /// `expect fact KEY VALUE` (the rest of the line, exactly) or `expect fact KEY none`.
+    Fact { key: Key, value: Option<String> },
 }
 
 /// Parses a whole file. Errors are `(line, message)`.
@@ -134,7 +128,7 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Line>, (usize, String)> {
             continue;
         }
         let words: Vec<&str> = content.split_whitespace().collect();
-        let command = parse_line(&words).map_err(|message| (number, message))?;
+        let command = parse_line(&words, content).map_err(|message| (number, message))?;
         lines.push(Line { number, command });
     }
     Ok(lines)
@@ -151,7 +145,23 @@ fn strip_comment(line: &str) -> &str {
     line
 }
 
-fn parse_line(words: &[&str]) -> Result<Command, String> {
+/// The line after its first `n` words, trimmed.
+fn after_words(line: &str, n: usize) -> &str {
+    let mut rest = line;
+    for _ in 0..n {
+        let word = rest.trim_start();
+        rest = word
+            .find(char::is_whitespace)
+            .map_or("", |end| &word[end..]);
+    }
+    rest.trim()
+}
+
+fn parse_key(word: &str) -> Result<Key, String> {
+    Key::new(word).map_err(|e| e.to_string())
+}
+
+fn parse_line(words: &[&str], line: &str) -> Result<Command, String> {
     let rest = &words[1..];
     Ok(match words[0] {
         w if w.chars().all(|c| c == '-') && w.len() >= 3 => Command::Separator,
@@ -172,6 +182,16 @@ fn parse_line(words: &[&str]) -> Result<Command, String> {
                 name: (*name).to_owned(),
             },
             _ => return Err("expected `delete service NAME`".into()),
+        },
+        "fact" => match rest {
+            ["put", key, _, ..] => Command::FactPut {
+                key: parse_key(key)?,
+                value: Value::from(after_words(line, 3).to_owned()),
+            },
+            ["delete", key] => Command::FactDelete {
+                key: parse_key(key)?,
+            },
+            _ => return Err("expected `fact put KEY VALUE` or `fact delete KEY`".into()),
         },
         "intent" => match rest {
             [service, n] => Command::Intent {
@@ -199,11 +219,12 @@ fn parse_line(words: &[&str]) -> Result<Command, String> {
         },
         "restart" if rest == ["controllers"] => Command::RestartControllers,
         "snapshot" => parse_snapshot(rest)?,
-        "expect" => Command::Expect(parse_expect(rest)?),
+        "expect" => Command::Expect(parse_expect(rest, line)?),
         other => {
             return Err(format!(
                 "unknown command `{other}` (or wrong arguments); expected one of node, service, \
-                 delete, intent, observe, run, round, step, agents, restart, snapshot, expect, ----"
+                 delete, fact, intent, observe, run, round, step, agents, restart, snapshot, \
+                 expect, ----"
             ));
         }
     })
@@ -270,9 +291,18 @@ fn parse_snapshot(rest: &[&str]) -> Result<Command, String> {
     Ok(Command::Snapshot { what, name })
 }
 
-fn parse_expect(rest: &[&str]) -> Result<Expectation, String> {
+/// `line` is the whole line, `expect` included.
+fn parse_expect(rest: &[&str], line: &str) -> Result<Expectation, String> {
     let owned = |s: &&str| (*s).to_owned();
     Ok(match rest {
+        ["fact", key, "none"] => Expectation::Fact {
+            key: parse_key(key)?,
+            value: None,
+        },
+        ["fact", key, _, ..] => Expectation::Fact {
+            key: parse_key(key)?,
+            value: Some(after_words(line, 3).to_owned()),
+        },
         ["placements", service, counts @ ..] => Expectation::Placements {
             service: owned(service),
             counts: pairs(counts, number)?,
@@ -322,7 +352,7 @@ fn parse_expect(rest: &[&str]) -> Result<Expectation, String> {
         ["no-changes", controller] => Expectation::NoChanges(Some(owned(controller))),
         _ => {
             return Err(
-                "unknown expectation; expected `expect` placements, unsatisfied, \
+                "unknown expectation; expected `expect` fact, placements, unsatisfied, \
                         instances, observed, instance, status, endpoints, effective or no-changes \
                         with their arguments"
                     .into(),
@@ -351,19 +381,6 @@ fn pairs<T>(
 pub(crate) fn number<T: std::str::FromStr>(word: &str) -> Result<T, String> {
     word.parse()
         .map_err(|_| format!("expected a whole number, found `{word}`"))
-}
-
-fn parse_selector(word: &str) -> Result<Selector, String> {
-    if let Some((service, n)) = word.split_once('#') {
-        return Ok(Selector::Nth(service.to_owned(), number(n)?));
-    }
-    if let Some((service, state)) = word.split_once(':') {
-        return Ok(Selector::State(service.to_owned(), observed_state(state)?));
-    }
-    if let Some((service, node)) = word.split_once('@') {
-        return Ok(Selector::OnNode(service.to_owned(), node.to_owned()));
-    }
-    Ok(Selector::Id(word.to_owned()))
 }
 
 /// An observed state by its schema name.

@@ -11,13 +11,21 @@ use super::world::World;
 use super::{Snapshot, expect, render};
 
 /// A scenario being executed: its world and the snapshots taken so far.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Exec {
     pub world: World,
     pub snapshots: Vec<Snapshot>,
 }
 
 impl Exec {
+    /// Executes commands on `world`.
+    pub fn new(world: World) -> Self {
+        Exec {
+            world,
+            snapshots: Vec::new(),
+        }
+    }
+
     /// Executes one command; `line` and `source` label snapshots.
     pub fn execute(&mut self, command: &Command, line: usize, source: &str) -> Result<(), String> {
         let world = &mut self.world;
@@ -72,6 +80,20 @@ impl Exec {
                 }
                 world
                     .commit(vec![Change::delete(service)])
+                    .map_err(|e| e.to_string())?;
+            }
+            Command::FactPut { key, value } => {
+                let change = Change::put(key.clone(), value.clone());
+                world.commit(vec![change]).map_err(|e| e.to_string())?;
+            }
+            Command::FactDelete { key } => {
+                if world.get(key.as_str()).is_none() {
+                    return Err(format!(
+                        "no fact {key} to delete; `snapshot facts PREFIX` shows the facts there are"
+                    ));
+                }
+                world
+                    .commit(vec![Change::delete(key.clone())])
                     .map_err(|e| e.to_string())?;
             }
             Command::Intent { service, instances } => {

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use ccattler_core::plan::value_text;
 use ccattler_core::schema::{self, DesiredState, Endpoints, ServiceStatus, Unschedulable};
 
-use super::command::{Expectation, Selector};
-use super::query::describe;
+use super::command::Expectation;
+use super::query::{Selector, describe};
 use super::render;
 use super::world::World;
 
@@ -36,6 +37,21 @@ pub(crate) fn check(world: &World, expectation: &Expectation) -> Result<(), Stri
             }
         }
         Expectation::NoChanges(controller) => no_changes(world, controller.as_deref()),
+        Expectation::Fact { key, value } => fact(world, key.as_str(), value.as_deref()),
+    }
+}
+
+/// The fact at `key` holds exactly `want` (`None`: is absent).
+fn fact(world: &World, key: &str, want: Option<&str>) -> Result<(), String> {
+    let found = world.get(key).map(|f| &f.value);
+    match (want, found) {
+        (None, None) => Ok(()),
+        (Some(want), Some(value)) if value.as_ref() == want.as_bytes() => Ok(()),
+        (want, found) => Err(format!(
+            "expected fact {key} {}, found {}",
+            want.unwrap_or("none"),
+            found.map_or("none".to_owned(), |v| value_text(v).to_string())
+        )),
     }
 }
 

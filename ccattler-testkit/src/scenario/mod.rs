@@ -1,5 +1,5 @@
-//! Deterministic scenarios: plain-text files of facts, events and expectations that run every
-//! standard controller without a cluster.
+//! Deterministic scenarios: plain-text files of facts, events and expectations that run the
+//! standard controllers, or any set of controllers, without a cluster.
 //!
 //! A scenario reads like the seed's "INPUT / EXPECT" examples, one step after another:
 //!
@@ -28,11 +28,13 @@
 //! | `node N dead\|alive` | deletes / restores `lease/node/N`; the node's facts stay |
 //! | `service S ATTR...` | declares `desired/service/S`, or changes only the attributes named: `instances=N cpu=Q memory=Q image=I restart=always\|on_failure\|never readiness=http:/P\|tcp\|none require=K:V prefer=K:V accept=T zone=spread\|any\|Z arch=A max_extra=N max_unavailable=N scale=MIN..MAX\|none port=P env=K:V stateful`; a new service starts as one instance of `example/S:1` |
 //! | `delete service S` | deletes the service's desired record |
+//! | `fact put KEY VALUE` | puts any fact: `VALUE` is the rest of the line, as written (a ` #` still starts a comment) |
+//! | `fact delete KEY` | deletes any fact; fails if there is none |
 //! | `intent S N` | the autoscaler recommends `N` instances (`intent/autoscaler/S`) |
 //! | `observe SEL STATE [ready\|unready] [healthy\|unhealthy]` | an agent reports the selected instances in `STATE` (pending, pulling, starting, running, exited, failed, stopped); the stand-in agents leave them so until they are asked to stop |
-//! | `run` | rounds to a fixpoint: every controller in [`standard::all`] order, each committing, then the agents; fails after [`MAX_ROUNDS`] |
+//! | `run` | rounds to a fixpoint: every controller of the world in order (by default [`standard::all`]), each committing, then the agents; fails after [`MAX_ROUNDS`] |
 //! | `round [N]` | `N` rounds (default 1), fixpoint or not: to watch a rollout step by step |
-//! | `step C` | one reconcile of controller `C` (intent-resolver, instances, scheduler, endpoints, status), committed |
+//! | `step C` | one reconcile of controller `C` (by its name: by default intent-resolver, instances, scheduler, endpoints, status), committed |
 //! | `agents` / `agents on\|off` | one agent pass now / agents in `run` and `round` or not (off holds instances pending) |
 //! | `restart controllers` | new controller objects over the same facts |
 //! | `snapshot plan C [as NAME]` | records `C`'s proposed changes on the current facts (not applied) |
@@ -46,11 +48,21 @@
 //! | `expect endpoints S N` / `expect endpoints S none` | addresses in `endpoint/service/S` |
 //! | `expect effective S N` | the instance count in force |
 //! | `expect no-changes [C]` | every controller (or `C`) proposes nothing on the current facts |
+//! | `expect fact KEY VALUE` / `expect fact KEY none` | `KEY` holds exactly `VALUE` (the rest of the line) / is absent |
 //!
 //! Selectors `SEL`: an instance id (`web-i3`), `web#0` (the first instance of web in creation
 //! order), `web:running` (by reported state; `pending` includes unreported), `web@n1` (placed on
 //! n1). Instance ids are `{service}-i{n}`: the instance controller's `{service}-{id}` with ids
 //! `i0`, `i1`, ... from one [`SequentialIds`](ccattler_core::SequentialIds) per scenario.
+//!
+//! # Controllers
+//!
+//! [`run_file`] and [`run_str`] run the standard controllers ([`World::new`]); [`run_file_with`]
+//! and [`run_str_with`] run a scenario in a world of your own, such as
+//! [`World::with_controllers`] with any set of controllers. With controllers of your own, the
+//! commands `fact`, `run`, `round`, `step`, `restart controllers`, `snapshot` and the
+//! expectations `fact` and `no-changes` are the ones that apply; the others read and write the
+//! standard schema.
 //!
 //! # Node agents
 //!
@@ -128,13 +140,22 @@ impl fmt::Display for ScenarioError {
 
 impl std::error::Error for ScenarioError {}
 
-/// Reads and runs a scenario file.
+/// Reads and runs a scenario file with the standard controllers.
 ///
 /// # Errors
 ///
 /// [`ScenarioError`] naming the file and line: unreadable file, a parse error, a failing command
 /// or expectation.
 pub fn run_file(path: &Path) -> Result<Outcome, ScenarioError> {
+    run_file_with(path, World::new())
+}
+
+/// Reads and runs a scenario file in `world`: with its controllers, from its facts.
+///
+/// # Errors
+///
+/// As [`run_file`].
+pub fn run_file_with(path: &Path, world: World) -> Result<Outcome, ScenarioError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
         file: file.clone(),
@@ -142,15 +163,24 @@ pub fn run_file(path: &Path) -> Result<Outcome, ScenarioError> {
         source: String::new(),
         message: format!("cannot read the scenario: {e}"),
     })?;
-    run_str(&file, &text)
+    run_str_with(&file, &text, world)
 }
 
-/// Runs a scenario's text; `file` names it in errors.
+/// Runs a scenario's text with the standard controllers; `file` names it in errors.
 ///
 /// # Errors
 ///
 /// As [`run_file`].
 pub fn run_str(file: &str, text: &str) -> Result<Outcome, ScenarioError> {
+    run_str_with(file, text, World::new())
+}
+
+/// Runs a scenario's text in `world`; `file` names it in errors.
+///
+/// # Errors
+///
+/// As [`run_file`].
+pub fn run_str_with(file: &str, text: &str, world: World) -> Result<Outcome, ScenarioError> {
     let source_of = |line: usize| {
         text.lines()
             .nth(line.saturating_sub(1))
@@ -166,7 +196,7 @@ pub fn run_str(file: &str, text: &str) -> Result<Outcome, ScenarioError> {
         message,
     };
     let lines = command::parse(text).map_err(|(line, message)| error(line, message))?;
-    let mut exec = exec::Exec::default();
+    let mut exec = exec::Exec::new(world);
     for line in &lines {
         exec.execute(&line.command, line.number, &source_of(line.number))
             .map_err(|message| error(line.number, message))?;

@@ -1,4 +1,5 @@
-//! Typed readings of a world's facts for selectors and expectations.
+//! Instance selectors (`web#0`, `web:running`, ...) and typed readings of a world's facts for them
+//! and for expectations.
 //!
 //! Deliberately independent of the controllers' own reading (`standard::Cluster`): the harness
 //! checks the controllers, so it does not reuse their code to look at the result.
@@ -11,8 +12,22 @@ use ccattler_core::schema::{
 };
 
 use super::agents::decode_observation;
-use super::command::Selector;
+use super::command::{number, observed_state};
 use super::world::World;
+
+/// Which instances a selector names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Selector {
+    /// `web-i3`: exactly this id.
+    Id(String),
+    /// `web#0`: the n-th instance of the service in creation order.
+    Nth(String, usize),
+    /// `web:running`: instances of the service whose observed state is this (`pending` includes
+    /// instances with no observation).
+    State(String, ObservedState),
+    /// `web@n1`: instances of the service placed on this node.
+    OnNode(String, String),
+}
 
 /// A desired instance joined with its placement and observation.
 #[derive(Clone, Debug)]
@@ -159,4 +174,18 @@ pub(crate) fn describe(selector: &Selector) -> String {
         Selector::State(s, state) => format!("{s}:{state:?}").to_lowercase(),
         Selector::OnNode(s, node) => format!("{s}@{node}"),
     }
+}
+
+/// `web-i3`, `web#0`, `web:running` or `web@n1`.
+pub(crate) fn parse_selector(word: &str) -> Result<Selector, String> {
+    if let Some((service, n)) = word.split_once('#') {
+        return Ok(Selector::Nth(service.to_owned(), number(n)?));
+    }
+    if let Some((service, state)) = word.split_once(':') {
+        return Ok(Selector::State(service.to_owned(), observed_state(state)?));
+    }
+    if let Some((service, node)) = word.split_once('@') {
+        return Ok(Selector::OnNode(service.to_owned(), node.to_owned()));
+    }
+    Ok(Selector::Id(word.to_owned()))
 }

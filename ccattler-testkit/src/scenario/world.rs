@@ -8,9 +8,12 @@ use std::time::{Duration, SystemTime};
 
 use ccattler_controllers::standard;
 use ccattler_core::runner::check_changes;
-use ccattler_core::{
-    Change, Controller, Fact, FactView, ReconcileContext, Revision, SequentialIds,
-};
+use ccattler_core::{Change, Controller, Fact, FactView, Revision, SequentialIds};
+
+use crate::harness::reconcile::reconcile;
+
+/// What builds a world's controllers (again on each restart).
+type MakeControllers = Arc<dyn Fn() -> Vec<Arc<dyn Controller>> + Send + Sync>;
 
 /// Rounds [`World::run`] tries before it calls the controllers a livelock.
 pub const MAX_ROUNDS: usize = 100;
@@ -56,7 +59,7 @@ pub struct World {
     facts: FactView,
     revision: Revision,
     ids: SequentialIds,
-    make: fn() -> Vec<Arc<dyn Controller>>,
+    make: MakeControllers,
     controllers: Vec<Arc<dyn Controller>>,
     pub(crate) agents_on: bool,
     /// Instances whose observation was set by hand: the agent stand-in leaves them as they are
@@ -95,14 +98,31 @@ impl World {
     }
 
     /// An empty world whose controllers `make` builds (again on each
-    /// [`restart_controllers`](World::restart_controllers)), agents on.
-    pub fn with_controllers(make: fn() -> Vec<Arc<dyn Controller>>) -> Self {
+    /// [`restart_controllers`](World::restart_controllers)), agents on: any set of controllers,
+    /// standard or your own, in the order a round runs them.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ccattler_core::Controller;
+    /// use ccattler_testkit::scenario::{World, run_str_with};
+    /// use ccattler_testkit::toy::ReplicaController;
+    ///
+    /// let toy = || vec![Arc::new(ReplicaController) as Arc<dyn Controller>];
+    /// let world = World::with_controllers(toy);
+    /// let text = "fact put toy/desired/web 1\nrun\nexpect fact toy/instance/web/i0 web\n";
+    /// run_str_with("toy.txt", text, world)?;
+    /// # Ok::<(), ccattler_testkit::scenario::ScenarioError>(())
+    /// ```
+    pub fn with_controllers(
+        make: impl Fn() -> Vec<Arc<dyn Controller>> + Send + Sync + 'static,
+    ) -> Self {
+        let controllers = make();
         World {
             facts: FactView::new(),
             revision: Revision::ZERO,
             ids: SequentialIds::new("i"),
-            make,
-            controllers: make(),
+            make: Arc::new(make),
+            controllers,
             agents_on: true,
             held: BTreeSet::new(),
             ports: BTreeMap::new(),
@@ -259,32 +279,8 @@ impl World {
         controller: &dyn Controller,
         ids: &mut SequentialIds,
     ) -> Result<Vec<Change>, WorldError> {
-        // Like the runner: the view holds what the controller watches and what it writes.
-        let domain = controller.write_domain();
-        let prefixes: Vec<String> = controller
-            .watches()
-            .into_iter()
-            .chain(domain.clone())
-            .collect();
-        let view = FactView::from_facts(
-            self.revision,
-            self.facts
-                .iter()
-                .filter(|f| prefixes.iter().any(|p| f.key.has_prefix(p)))
-                .cloned(),
-        );
+        // The harness's reconcile: the runner's view, its check of the changes, no no-ops.
         let now = SystemTime::UNIX_EPOCH + Self::NOW;
-        let mut ctx = ReconcileContext::new(now, ids);
-        let name = controller.name();
-        let changes = controller
-            .reconcile(&view, &mut ctx)
-            .map_err(|e| WorldError(format!("controller {name} failed: {e}")))?;
-        // The runner's own rule: inside the write domain, one change per key.
-        check_changes(&domain, &changes)
-            .map_err(|reason| WorldError(format!("controller {name}: {reason}")))?;
-        Ok(changes
-            .into_iter()
-            .filter(|c| !self.facts.is_noop(c))
-            .collect())
+        reconcile(controller, &self.facts, now, ids).map_err(|e| WorldError(e.to_string()))
     }
 }
