@@ -3,9 +3,6 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
 use crate::{FactView, Key, KeyError, Value};
 
 /// A proposed change to one fact. Controllers return changes; the runner commits them.
@@ -65,28 +62,28 @@ pub trait IdSource: Send + fmt::Debug {
 /// same ids in tests.
 #[derive(Debug, Clone)]
 pub struct RandomIds {
-    rng: SmallRng,
+    rng: crate::seeded::Seeded,
 }
 
 impl RandomIds {
     /// A generator whose ids are the same on every run with the same seed.
     pub fn seeded(seed: u64) -> Self {
         RandomIds {
-            rng: SmallRng::seed_from_u64(seed),
+            rng: crate::seeded::Seeded::new(seed),
         }
     }
 
     /// A generator seeded from the operating system.
     pub fn from_entropy() -> Self {
         RandomIds {
-            rng: SmallRng::from_os_rng(),
+            rng: crate::seeded::Seeded::from_entropy(),
         }
     }
 }
 
 impl IdSource for RandomIds {
     fn next_id(&mut self) -> String {
-        format!("{:016x}", self.rng.random::<u64>())
+        format!("{:016x}", self.rng.u64())
     }
 }
 

@@ -48,7 +48,9 @@
 //! |---|---|---|
 //! | `tokio` | `runner::TokioRunner`, `runner::LeaseElection`, metrics and tracing | tokio, tracing, metrics |
 //!
-//! With no feature, this crate depends on no async runtime.
+//! With no feature, this crate depends on no async runtime: a crate that depends on
+//! `ccattler-core` alone has 25 crates in its dependency tree, this one included (no tokio, no
+//! gRPC, no HTTP; `scripts/test` keeps it so).
 
 #![deny(missing_docs)]
 
@@ -62,6 +64,7 @@ pub mod plan;
 pub mod runner;
 pub mod runtime;
 pub mod schema;
+mod seeded;
 pub mod store;
 pub mod txn;
 pub mod view;

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use rand::Rng;
-
 /// Timing and retry settings of a controller loop. `Default` gives the documented defaults.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -100,23 +98,27 @@ impl Backoff {
     }
 
     /// Jittered delay after the `conflicts`-th consecutive conflict (1-based): exponential from
-    /// `conflict_base`, capped at `conflict_cap`, then scaled by a random factor in [0.5, 1.0) so
-    /// that racing writers spread out.
-    pub fn conflict_delay(config: &LoopConfig, conflicts: u32, rng: &mut impl Rng) -> Duration {
+    /// `conflict_base`, capped at `conflict_cap`, then scaled by a factor in [0.5, 1.0) so that
+    /// racing writers spread out: `0.5 + unit / 2`, where `unit` is a random number in [0, 1)
+    /// the caller draws (clamped into that range), so the schedule itself stays deterministic.
+    pub fn conflict_delay(config: &LoopConfig, conflicts: u32, unit: f64) -> Duration {
         let doublings = conflicts.saturating_sub(1).min(20);
         let full = config
             .conflict_base
             .saturating_mul(1u32 << doublings)
             .min(config.conflict_cap);
-        full.mul_f64(rng.random_range(0.5..1.0))
+        let unit = if unit.is_finite() {
+            unit.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        full.mul_f64(0.5 + unit / 2.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::SmallRng;
 
     #[test]
     fn restart_delays_follow_the_documented_schedule() {
@@ -130,13 +132,13 @@ mod tests {
     #[test]
     fn conflict_delays_grow_are_capped_and_jittered() {
         let config = LoopConfig::default();
-        let mut rng = SmallRng::seed_from_u64(7);
+        let mut rng = crate::seeded::Seeded::new(7);
         for n in 1..30 {
             let full = config
                 .conflict_base
                 .saturating_mul(1 << (n - 1).min(20))
                 .min(config.conflict_cap);
-            let d = Backoff::conflict_delay(&config, n, &mut rng);
+            let d = Backoff::conflict_delay(&config, n, rng.unit());
             assert!(d >= full / 2 && d < full, "attempt {n}: {d:?} vs {full:?}");
         }
     }

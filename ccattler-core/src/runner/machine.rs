@@ -3,9 +3,6 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
-
 use super::{Backoff, LoopConfig};
 use crate::{
     Change, Compare, FactView, Key, KeyError, Op, ReconcileError, Revision, Scan, StoreError, Txn,
@@ -148,7 +145,7 @@ pub struct ControllerLoop {
     next_resync: Duration,
     failures: u32,
     conflicts: u32,
-    rng: SmallRng,
+    rng: crate::seeded::Seeded,
     in_flight: Vec<Change>,
     truncated: bool,
     outbox: VecDeque<Action>,
@@ -194,7 +191,7 @@ impl ControllerLoop {
             next_resync: Duration::MAX,
             failures: 0,
             conflicts: 0,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: crate::seeded::Seeded::new(seed),
             in_flight: Vec::new(),
             truncated: false,
             outbox: VecDeque::new(),
@@ -471,7 +468,7 @@ impl ControllerLoop {
                     self.phase = Phase::NeedList;
                 } else {
                     let delay =
-                        Backoff::conflict_delay(&self.config, self.conflicts, &mut self.rng);
+                        Backoff::conflict_delay(&self.config, self.conflicts, self.rng.unit());
                     self.phase = Phase::Waiting {
                         until: self.now.saturating_add(delay),
                         then: Resume::Reconcile,

@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use rand::SeedableRng;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -70,7 +69,7 @@ impl<S: FactStore + Clone> TokioRunner<S, NoElection> {
             election: NoElection,
             controllers: Vec::new(),
             config: LoopConfig::default(),
-            seed: rand::RngCore::next_u64(&mut rand::rngs::SmallRng::from_os_rng()),
+            seed: crate::seeded::entropy(),
         }
     }
 }
