@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use ccattler_core::schema::APPLIED;
-use ccattler_core::{Compare, Fact, FactStore, Key, Op, Revision, StoreError, Txn, Value};
+use ccattler_core::{Compare, Fact, FactStore, Key, Op, Revision, StoreError, Txn};
 
 use crate::lang::{self, Diagnostics, SourceFile};
 
@@ -12,8 +12,7 @@ use crate::lang::{self, Diagnostics, SourceFile};
 /// between its read and its commit.
 const ATTEMPTS: usize = 3;
 
-/// The desired facts one `.cca` document compiles to: key → encoded record.
-pub type DesiredFacts = BTreeMap<Key, Value>;
+pub use crate::lang::DesiredFacts;
 
 /// How to apply.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -252,6 +251,7 @@ fn transaction(plan: &ApplyPlan, desired: &DesiredFacts, current: &BTreeMap<Key,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ccattler_core::Value;
     use ccattler_store::MemoryStore;
 
     fn key(k: &str) -> Key {

@@ -11,7 +11,10 @@ use ccattler_core::schema::{self, Memory, NetworkPolicy, ServiceSpec, VolumeSpec
 use super::diagnostic::{Diagnostic, Diagnostics};
 use super::span::Span;
 use super::syntax::{Document, Statement};
-use crate::apply::DesiredFacts;
+
+/// The desired facts one `.cca` document compiles to: key → encoded record (what
+/// [`apply`](crate::apply) writes).
+pub type DesiredFacts = BTreeMap<ccattler_core::Key, ccattler_core::Value>;
 
 /// What a document declares, as typed records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

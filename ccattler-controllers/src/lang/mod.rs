@@ -69,7 +69,7 @@ pub mod span;
 pub mod syntax;
 pub mod token;
 
-pub use compile::{Compiled, compile};
+pub use compile::{Compiled, DesiredFacts, compile};
 pub use diagnostic::{Diagnostic, Diagnostics, Label, Severity};
 pub use format::format;
 pub use span::{SourceFile, Span};
