@@ -1,4 +1,12 @@
-//! The stand-in node agents: the smallest deterministic agent that closes the loop.
+//! The scenarios' observation fixture: what node agents would report, written so that the
+//! controllers' loop closes, and nothing more.
+//!
+//! Scenarios test controllers on observations a test states (`observe web-i3 running
+//! unready`); the real agent would restart crashed instances, register leases and probe on its
+//! own, and every expectation would become one about the agent. So this is deliberately not an
+//! agent: no runtime, no restart policy, no probes, no lease. The real `AgentLoop` is proved in
+//! the seeded simulation ([`crate::sim`]), in [`crate::cluster::TestCluster`] and in its own
+//! step tests.
 //!
 //! For each live node (one holding `lease/node/{node}`), in name order, one commit:
 //!
