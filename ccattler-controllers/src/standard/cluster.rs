@@ -19,7 +19,7 @@ use imbl::{OrdMap, OrdSet};
 
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
-    Memory, NodeStatus, ObservedState, RebalanceMove, RestartPolicy, ServiceSpec,
+    Memory, NodeStatus, ObservedState, RebalanceMove, RecordKey, RestartPolicy, ServiceSpec,
 };
 use ccattler_core::{Fact, FactView, Key, Revision};
 
@@ -256,7 +256,10 @@ impl Cluster {
     /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
     pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
         self.invalid.remove(key);
-        if let Some(name) = key.strip_prefix(schema::SERVICES) {
+        let Some(record) = RecordKey::parse(key) else {
+            return;
+        };
+        if let RecordKey::Service(name) = record {
             let spec = self.decode::<ServiceSpec>(key, fact);
             match spec {
                 Some(spec) => self.services.insert(name.to_owned(), spec),
@@ -264,19 +267,19 @@ impl Cluster {
             };
             self.touched.insert(name.to_owned());
             self.refresh_service(name);
-        } else if let Some(name) = key.strip_prefix(schema::EFFECTIVE) {
+        } else if let RecordKey::Effective(name) = record {
             self.touched.insert(name.to_owned());
             match self.decode::<EffectiveService>(key, fact) {
                 Some(e) => self.effective.insert(name.to_owned(), e),
                 None => self.effective.remove(name),
             };
-        } else if let Some(name) = key.strip_prefix(schema::REBALANCE) {
+        } else if let RecordKey::Rebalance(name) = record {
             self.touched.insert(name.to_owned());
             match self.decode::<RebalanceMove>(key, fact) {
                 Some(m) => self.moves.insert(name.to_owned(), m),
                 None => self.moves.remove(name),
             };
-        } else if let Some(node) = key.strip_prefix(schema::NODE_LEASES) {
+        } else if let RecordKey::NodeLease(node) = record {
             match fact {
                 Some(fact) => {
                     self.alive.insert(node.to_owned());
@@ -306,18 +309,15 @@ impl Cluster {
                     self.touched.insert(instance.desired.service.clone());
                 }
             }
-        } else if let Some(node) = key.strip_prefix(schema::NODES) {
+        } else if let RecordKey::Node(node) = record {
             match self.decode::<NodeStatus>(key, fact) {
                 Some(status) => self.nodes.insert(node.to_owned(), status),
                 None => self.nodes.remove(node),
             };
-        } else if let Some(rest) = key.strip_prefix(schema::PLACEMENTS) {
-            // `placement/{node}/{id}`: the key names both.
-            if let Some((node, id)) = rest.split_once('/') {
-                self.set_placement(node, id, key, fact);
-            }
-        } else if let Some(rest) = key.strip_prefix(schema::OBSERVED_INSTANCES) {
-            if let Some((node, id)) = rest.split_once('/') {
+        } else if let RecordKey::Placement { node, instance: id } = record {
+            self.set_placement(node, id, key, fact);
+        } else if let RecordKey::ObservedInstance { node, instance: id } = record {
+            {
                 let pair = (node.to_owned(), id.to_owned());
                 match self.decode::<InstanceObservation>(key, fact) {
                     Some(o) => {
@@ -328,7 +328,7 @@ impl Cluster {
                 };
                 self.refresh(id);
             }
-        } else if let Some(id) = key.strip_prefix(schema::INSTANCES) {
+        } else if let RecordKey::Instance(id) = record {
             let old_service = self.desired.get(id).map(|(d, _, _)| d.service.clone());
             match self.decode::<DesiredInstance>(key, fact) {
                 Some(d) => {

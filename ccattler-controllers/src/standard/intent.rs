@@ -1,6 +1,6 @@
 //! [`IntentResolver`]: decides how many instances of which spec version are in force.
 
-use ccattler_core::schema::{self, EffectiveService, ScaleIntent, ServiceSpec};
+use ccattler_core::schema::{self, EffectiveService, RecordKey, ScaleIntent, ServiceSpec};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 /// Writes `effective/service/{svc}` from the desired spec and the autoscaler's intent.
@@ -62,7 +62,10 @@ impl Controller for IntentResolver {
             services.insert(spec.name);
         }
         for fact in facts.scan(schema::EFFECTIVE) {
-            let name = fact.key.strip_prefix(schema::EFFECTIVE).unwrap_or_default();
+            let name = match RecordKey::parse(&fact.key) {
+                Some(RecordKey::Effective(name)) => name,
+                _ => "",
+            };
             if !services.contains(name) {
                 changes.push(Change::delete(fact.key.clone()));
             }

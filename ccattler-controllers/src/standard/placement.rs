@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use ccattler_core::schema::{self, Assignment, DesiredState, Unschedulable};
+use ccattler_core::schema::{self, Assignment, DesiredState, RecordKey, Unschedulable};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cluster::Cluster;
@@ -126,7 +126,10 @@ impl Controller for SchedulerController {
                 _ => {
                     *spread_swept = Some(now);
                     let records = facts.scan(schema::REBALANCE);
-                    let named = records.filter_map(|f| f.key.strip_prefix(schema::REBALANCE));
+                    let named = records.filter_map(|f| match RecordKey::parse(&f.key) {
+                        Some(RecordKey::Rebalance(service)) => Some(service),
+                        _ => None,
+                    });
                     let specs = cluster.services.keys().map(String::as_str);
                     specs.chain(named).map(str::to_owned).collect()
                 }
@@ -137,7 +140,10 @@ impl Controller for SchedulerController {
             spread_pending.extend(
                 changes[before..]
                     .iter()
-                    .filter_map(|c| c.key().strip_prefix(schema::REBALANCE))
+                    .filter_map(|c| match RecordKey::parse(c.key()) {
+                        Some(RecordKey::Rebalance(service)) => Some(service),
+                        _ => None,
+                    })
                     .map(str::to_owned),
             );
             Ok(changes)
@@ -228,11 +234,8 @@ fn plan(
         ));
     }
     for fact in facts.scan(schema::UNSCHEDULABLE) {
-        let id = fact
-            .key
-            .strip_prefix(schema::UNSCHEDULABLE)
-            .unwrap_or_default();
-        if !unsatisfied.contains_key(id) {
+        let id = RecordKey::parse(&fact.key).and_then(|r| r.instance());
+        if !id.is_some_and(|id| unsatisfied.contains_key(id)) {
             changes.push(Change::delete(fact.key.clone()));
         }
     }

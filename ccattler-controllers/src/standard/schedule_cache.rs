@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use parking_lot::Mutex;
 
-use ccattler_core::schema::{self, Resources};
+use ccattler_core::schema::{RecordKey, Resources};
 use ccattler_core::{FactView, Key};
 
 use super::cluster::Cluster;
@@ -119,10 +119,13 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
     for (key, _, new) in view.changes_since(&state.view) {
         state.cluster.apply(key, new);
         classify(key, &mut ids, &mut nodes, &mut services);
-        if let Some(service) = key.strip_prefix(schema::REBALANCE) {
-            spread.insert(service.to_owned());
+        match RecordKey::parse(key) {
+            Some(RecordKey::Rebalance(service)) => {
+                spread.insert(service.to_owned());
+            }
+            Some(RecordKey::NodeLease(_) | RecordKey::Node(_)) => node_changed = true,
+            _ => {}
         }
-        node_changed |= key.has_prefix(schema::NODE_LEASES) || key.has_prefix(schema::NODES);
     }
     state.cluster.take_touched();
     let cluster = &state.cluster;
@@ -169,20 +172,21 @@ fn classify(
     nodes: &mut BTreeSet<String>,
     services: &mut BTreeSet<String>,
 ) {
-    if let Some(rest) = key.strip_prefix(schema::PLACEMENTS) {
-        if let Some((node, id)) = rest.split_once('/') {
+    match RecordKey::parse(key) {
+        Some(RecordKey::Placement { node, instance }) => {
             nodes.insert(node.to_owned());
+            ids.insert(instance.to_owned());
+        }
+        Some(RecordKey::Instance(id)) => {
             ids.insert(id.to_owned());
         }
-    } else if let Some(id) = key.strip_prefix(schema::INSTANCES) {
-        ids.insert(id.to_owned());
-    } else if let Some(node) = key
-        .strip_prefix(schema::NODE_LEASES)
-        .or_else(|| key.strip_prefix(schema::NODES))
-    {
-        nodes.insert(node.to_owned());
-    } else if let Some(service) = key.strip_prefix(schema::SERVICES) {
-        services.insert(service.to_owned());
+        Some(RecordKey::NodeLease(node) | RecordKey::Node(node)) => {
+            nodes.insert(node.to_owned());
+        }
+        Some(RecordKey::Service(service)) => {
+            services.insert(service.to_owned());
+        }
+        _ => {}
     }
 }
 

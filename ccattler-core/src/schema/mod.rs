@@ -94,86 +94,9 @@ pub const UNSCHEDULABLE: &str = "status/unschedulable/";
 /// Prefix of [`RebalanceMove`]s.
 pub const REBALANCE: &str = "status/rebalance/";
 
-/// Key helpers: the key of each record.
-///
-/// # Errors
-///
-/// [`KeyError`] when a name is not a valid key path (empty, `//`, leading `/`, NUL).
-pub mod keys {
-    use super::*;
+pub mod keys;
 
-    /// `desired/service/{svc}`.
-    pub fn service(name: &str) -> Result<Key, KeyError> {
-        Key::join(SERVICES, [name])
-    }
-    /// `desired/volume/{vol}`.
-    pub fn volume(name: &str) -> Result<Key, KeyError> {
-        Key::join(VOLUMES, [name])
-    }
-    /// `desired/network/policy`.
-    pub fn network_policy() -> Key {
-        Key::new(NETWORK_POLICY).expect("a constant, valid key")
-    }
-    /// `secret/{name}`.
-    pub fn secret(name: &str) -> Result<Key, KeyError> {
-        Key::join(SECRETS, [name])
-    }
-    /// `intent/autoscaler/{svc}`.
-    pub fn scale_intent(service: &str) -> Result<Key, KeyError> {
-        Key::join(SCALE_INTENTS, [service])
-    }
-    /// `effective/service/{svc}`.
-    pub fn effective(service: &str) -> Result<Key, KeyError> {
-        Key::join(EFFECTIVE, [service])
-    }
-    /// `desired/instance/{id}`.
-    pub fn instance(id: &str) -> Result<Key, KeyError> {
-        Key::join(INSTANCES, [segment(id)?])
-    }
-    /// `placement/{node}/{id}`.
-    pub fn placement(node: &str, id: &str) -> Result<Key, KeyError> {
-        Key::join(PLACEMENTS, [segment(node)?, segment(id)?])
-    }
-    /// `lease/node/{node}`.
-    pub fn node_lease(node: &str) -> Result<Key, KeyError> {
-        Key::join(NODE_LEASES, [segment(node)?])
-    }
-    /// `observed/node/{node}`.
-    pub fn node(node: &str) -> Result<Key, KeyError> {
-        Key::join(NODES, [segment(node)?])
-    }
-    /// `observed/instance/{node}/{id}`.
-    pub fn observed_instance(node: &str, id: &str) -> Result<Key, KeyError> {
-        Key::join(OBSERVED_INSTANCES, [segment(node)?, segment(id)?])
-    }
-    /// `endpoint/service/{svc}`.
-    pub fn endpoints(service: &str) -> Result<Key, KeyError> {
-        Key::join(ENDPOINTS, [service])
-    }
-    /// `status/service/{svc}`.
-    pub fn service_status(service: &str) -> Result<Key, KeyError> {
-        Key::join(SERVICE_STATUS, [service])
-    }
-    /// `status/unschedulable/{id}`.
-    pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
-        Key::join(UNSCHEDULABLE, [segment(id)?])
-    }
-    /// `status/rebalance/{svc}`.
-    pub fn rebalance(service: &str) -> Result<Key, KeyError> {
-        Key::join(REBALANCE, [service])
-    }
-
-    /// Node names and instance ids are single key segments.
-    fn segment(name: &str) -> Result<&str, KeyError> {
-        if name.contains('/') {
-            Err(KeyError::EmptySegment(format!(
-                "{name} (must not contain `/`)"
-            )))
-        } else {
-            Ok(name)
-        }
-    }
-}
+pub use keys::RecordKey;
 
 /// A value that does not decode, or text that is not a valid quantity.
 #[derive(Debug, thiserror::Error)]

@@ -102,25 +102,7 @@ impl Principal {
 /// assert!(!node_may_write("n1", "desired/service/web"));
 /// ```
 pub fn node_may_write(node: &str, key: &str) -> bool {
-    if !plain_segment(node) {
-        return false;
-    }
-    let is = |built: Result<Key, _>| built.is_ok_and(|k: Key| k.as_str() == key);
-    if is(schema::keys::node_lease(node)) || is(schema::keys::node(node)) {
-        return true;
-    }
-    let Some((owner, id)) = key
-        .strip_prefix(schema::OBSERVED_INSTANCES)
-        .and_then(|rest| rest.split_once('/'))
-    else {
-        return false;
-    };
-    owner == node && plain_segment(id) && is(schema::keys::observed_instance(node, id))
-}
-
-/// One key segment that is not a path step: non-empty, no `/`, not `.` or `..`.
-fn plain_segment(text: &str) -> bool {
-    !text.is_empty() && !text.contains('/') && text != "." && text != ".."
+    schema::keys::node_may_write(node, key)
 }
 
 /// Whether the protocol never shows `key` in a scan or watch, nor lets it be compared: secrets
@@ -150,7 +132,7 @@ pub(crate) async fn check_readable<S: FactStore>(
         )));
     };
     let placements = store
-        .scan(&format!("{}{node}/", schema::PLACEMENTS))
+        .scan(&schema::keys::node_placements(node).map_err(StoreError::from)?)
         .await?;
     let mut services: Vec<String> = placements
         .facts

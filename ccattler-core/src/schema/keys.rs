@@ -1,0 +1,365 @@
+//! The key of every standard record, both ways: [`RecordKey::parse`] reads a key back into the
+//! ids it names, and one builder per record writes it. The per-node rules (what a node's agent
+//! may write, what it watches) are here too, so no one spells a prefix by hand.
+//!
+//! # Errors
+//!
+//! Builders return [`KeyError`] when a name is not a valid key path (empty, `//`, leading `/`,
+//! NUL), or when a node name or instance id is not a single segment.
+//!
+//! ```
+//! use ccattler_core::schema::{keys, RecordKey};
+//!
+//! let key = keys::placement("n1", "web-1").unwrap();
+//! assert_eq!(key.as_str(), "placement/n1/web-1");
+//! assert_eq!(
+//!     RecordKey::parse(&key),
+//!     Some(RecordKey::Placement { node: "n1", instance: "web-1" })
+//! );
+//! assert!(keys::node_may_write("n1", "observed/instance/n1/web-1"));
+//! assert!(!keys::node_may_write("n1", "observed/instance/n10/web-1"));
+//! ```
+
+use super::*;
+
+/// `desired/service/{svc}`.
+pub fn service(name: &str) -> Result<Key, KeyError> {
+    Key::join(SERVICES, [name])
+}
+/// `desired/volume/{vol}`.
+pub fn volume(name: &str) -> Result<Key, KeyError> {
+    Key::join(VOLUMES, [name])
+}
+/// `desired/network/policy`.
+pub fn network_policy() -> Key {
+    Key::new(NETWORK_POLICY).expect("a constant, valid key")
+}
+/// `secret/{name}`.
+pub fn secret(name: &str) -> Result<Key, KeyError> {
+    Key::join(SECRETS, [name])
+}
+/// `intent/autoscaler/{svc}`.
+pub fn scale_intent(service: &str) -> Result<Key, KeyError> {
+    Key::join(SCALE_INTENTS, [service])
+}
+/// `effective/service/{svc}`.
+pub fn effective(service: &str) -> Result<Key, KeyError> {
+    Key::join(EFFECTIVE, [service])
+}
+/// `desired/instance/{id}`.
+pub fn instance(id: &str) -> Result<Key, KeyError> {
+    Key::join(INSTANCES, [segment(id)?])
+}
+/// `placement/{node}/{id}`.
+pub fn placement(node: &str, id: &str) -> Result<Key, KeyError> {
+    Key::join(PLACEMENTS, [segment(node)?, segment(id)?])
+}
+/// `lease/node/{node}`.
+pub fn node_lease(node: &str) -> Result<Key, KeyError> {
+    Key::join(NODE_LEASES, [segment(node)?])
+}
+/// `observed/node/{node}`.
+pub fn node(node: &str) -> Result<Key, KeyError> {
+    Key::join(NODES, [segment(node)?])
+}
+/// `observed/instance/{node}/{id}`.
+pub fn observed_instance(node: &str, id: &str) -> Result<Key, KeyError> {
+    Key::join(OBSERVED_INSTANCES, [segment(node)?, segment(id)?])
+}
+/// `endpoint/service/{svc}`.
+pub fn endpoints(service: &str) -> Result<Key, KeyError> {
+    Key::join(ENDPOINTS, [service])
+}
+/// `status/service/{svc}`.
+pub fn service_status(service: &str) -> Result<Key, KeyError> {
+    Key::join(SERVICE_STATUS, [service])
+}
+/// `status/unschedulable/{id}`.
+pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
+    Key::join(UNSCHEDULABLE, [segment(id)?])
+}
+/// `status/rebalance/{svc}`.
+pub fn rebalance(service: &str) -> Result<Key, KeyError> {
+    Key::join(REBALANCE, [service])
+}
+
+/// Node names and instance ids are single key segments.
+fn segment(name: &str) -> Result<&str, KeyError> {
+    if name.contains('/') {
+        Err(KeyError::EmptySegment(format!(
+            "{name} (must not contain `/`)"
+        )))
+    } else {
+        Ok(name)
+    }
+}
+
+/// A standard key, read back into the ids it names. Node names and instance ids are single
+/// segments; service, volume and secret names may be paths (`team/web`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RecordKey<'k> {
+    /// `desired/service/{svc}`.
+    Service(&'k str),
+    /// `desired/volume/{vol}`.
+    Volume(&'k str),
+    /// `desired/network/policy`.
+    NetworkPolicy,
+    /// `secret/{name}`.
+    Secret(&'k str),
+    /// `intent/autoscaler/{svc}`.
+    ScaleIntent(&'k str),
+    /// `effective/service/{svc}`.
+    Effective(&'k str),
+    /// `desired/instance/{id}`.
+    Instance(&'k str),
+    /// `placement/{node}/{id}`.
+    Placement {
+        /// The node it is assigned to.
+        node: &'k str,
+        /// The instance id.
+        instance: &'k str,
+    },
+    /// `lease/node/{node}`.
+    NodeLease(&'k str),
+    /// `observed/node/{node}`.
+    Node(&'k str),
+    /// `observed/instance/{node}/{id}`.
+    ObservedInstance {
+        /// The reporting node.
+        node: &'k str,
+        /// The instance id.
+        instance: &'k str,
+    },
+    /// `endpoint/service/{svc}`.
+    Endpoints(&'k str),
+    /// `status/service/{svc}`.
+    ServiceStatus(&'k str),
+    /// `status/unschedulable/{id}`.
+    Unschedulable(&'k str),
+    /// `status/rebalance/{svc}`.
+    Rebalance(&'k str),
+}
+
+impl<'k> RecordKey<'k> {
+    /// What `key` names, or `None` for a key of no standard record (or one whose ids are not
+    /// well formed: an empty id, a node or instance id of several segments).
+    pub fn parse(key: &'k Key) -> Option<Self> {
+        RecordKey::parse_str(key.as_str())
+    }
+
+    /// [`parse`](Self::parse) on a key's text.
+    pub fn parse_str(key: &'k str) -> Option<Self> {
+        let name = |prefix: &str| key.strip_prefix(prefix).filter(|rest| !rest.is_empty());
+        let one = |prefix: &str| name(prefix).filter(|rest| !rest.contains('/'));
+        let two = |prefix: &str| {
+            let (a, b) = name(prefix)?.split_once('/')?;
+            (!a.is_empty() && !b.is_empty() && !b.contains('/')).then_some((a, b))
+        };
+        if key == NETWORK_POLICY {
+            return Some(RecordKey::NetworkPolicy);
+        }
+        let parsed = if let Some(n) = name(SERVICES) {
+            RecordKey::Service(n)
+        } else if let Some(n) = name(VOLUMES) {
+            RecordKey::Volume(n)
+        } else if let Some(n) = name(SECRETS) {
+            RecordKey::Secret(n)
+        } else if let Some(n) = name(SCALE_INTENTS) {
+            RecordKey::ScaleIntent(n)
+        } else if let Some(n) = name(EFFECTIVE) {
+            RecordKey::Effective(n)
+        } else if key.starts_with(INSTANCES) {
+            RecordKey::Instance(one(INSTANCES)?)
+        } else if key.starts_with(PLACEMENTS) {
+            let (node, instance) = two(PLACEMENTS)?;
+            RecordKey::Placement { node, instance }
+        } else if key.starts_with(NODE_LEASES) {
+            RecordKey::NodeLease(one(NODE_LEASES)?)
+        } else if key.starts_with(NODES) {
+            RecordKey::Node(one(NODES)?)
+        } else if key.starts_with(OBSERVED_INSTANCES) {
+            let (node, instance) = two(OBSERVED_INSTANCES)?;
+            RecordKey::ObservedInstance { node, instance }
+        } else if let Some(n) = name(ENDPOINTS) {
+            RecordKey::Endpoints(n)
+        } else if let Some(n) = name(SERVICE_STATUS) {
+            RecordKey::ServiceStatus(n)
+        } else if key.starts_with(UNSCHEDULABLE) {
+            RecordKey::Unschedulable(one(UNSCHEDULABLE)?)
+        } else if let Some(n) = name(REBALANCE) {
+            RecordKey::Rebalance(n)
+        } else {
+            return None;
+        };
+        Some(parsed)
+    }
+
+    /// The key this names (the inverse of [`parse`](Self::parse)).
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError`] when an id is not valid, as the builders say.
+    pub fn key(&self) -> Result<Key, KeyError> {
+        match *self {
+            RecordKey::Service(n) => service(n),
+            RecordKey::Volume(n) => volume(n),
+            RecordKey::NetworkPolicy => Ok(network_policy()),
+            RecordKey::Secret(n) => secret(n),
+            RecordKey::ScaleIntent(n) => scale_intent(n),
+            RecordKey::Effective(n) => effective(n),
+            RecordKey::Instance(id) => instance(id),
+            RecordKey::Placement { node, instance } => placement(node, instance),
+            RecordKey::NodeLease(n) => node_lease(n),
+            RecordKey::Node(n) => super::keys::node(n),
+            RecordKey::ObservedInstance { node, instance } => observed_instance(node, instance),
+            RecordKey::Endpoints(n) => endpoints(n),
+            RecordKey::ServiceStatus(n) => service_status(n),
+            RecordKey::Unschedulable(id) => unschedulable(id),
+            RecordKey::Rebalance(n) => rebalance(n),
+        }
+    }
+
+    /// The instance id the key names, if it names one (an instance, a placement, an
+    /// observation, an unschedulable reason).
+    pub fn instance(&self) -> Option<&'k str> {
+        match *self {
+            RecordKey::Instance(id) | RecordKey::Unschedulable(id) => Some(id),
+            RecordKey::Placement { instance, .. }
+            | RecordKey::ObservedInstance { instance, .. } => Some(instance),
+            _ => None,
+        }
+    }
+
+    /// The node the key names, if it names one.
+    pub fn node(&self) -> Option<&'k str> {
+        match *self {
+            RecordKey::NodeLease(n) | RecordKey::Node(n) => Some(n),
+            RecordKey::Placement { node, .. } | RecordKey::ObservedInstance { node, .. } => {
+                Some(node)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `placement/{node}/`: the prefix a node's agent watches for what to run.
+///
+/// # Errors
+///
+/// [`KeyError`] when `node` is not a single valid segment.
+pub fn node_placements(node: &str) -> Result<String, KeyError> {
+    Ok(format!("{}/", placement_prefix(node)?))
+}
+
+/// `observed/instance/{node}/`: the prefix of a node's own reports.
+///
+/// # Errors
+///
+/// [`KeyError`] when `node` is not a single valid segment.
+pub fn node_observations(node: &str) -> Result<String, KeyError> {
+    Ok(format!(
+        "{}/",
+        Key::join(OBSERVED_INSTANCES, [segment(node)?])?
+    ))
+}
+
+fn placement_prefix(node: &str) -> Result<Key, KeyError> {
+    Key::join(PLACEMENTS, [segment(node)?])
+}
+
+/// Whether the agent of `node` may write `key`: exactly its liveness key
+/// (`lease/node/{node}`), its status (`observed/node/{node}`) and its reports
+/// (`observed/instance/{node}/{id}`, one segment per id, not `.` or `..`); nothing of any other
+/// node, however the names overlap (`n1` never writes for `n10`).
+pub fn node_may_write(node: &str, key: &str) -> bool {
+    let id_ok = |id: &str| id != "." && id != "..";
+    if Key::new(key).is_err() {
+        return false;
+    }
+    match RecordKey::parse_str(key) {
+        Some(RecordKey::NodeLease(n) | RecordKey::Node(n)) => n == node && id_ok(n),
+        Some(RecordKey::ObservedInstance { node: n, instance }) => {
+            n == node && id_ok(n) && id_ok(instance)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builder_parses_back() {
+        let cases = [
+            RecordKey::Service("team/web"),
+            RecordKey::Volume("data"),
+            RecordKey::NetworkPolicy,
+            RecordKey::Secret("db/password"),
+            RecordKey::ScaleIntent("web"),
+            RecordKey::Effective("web"),
+            RecordKey::Instance("web-1"),
+            RecordKey::Placement {
+                node: "n1",
+                instance: "web-1",
+            },
+            RecordKey::NodeLease("n1"),
+            RecordKey::Node("n1"),
+            RecordKey::ObservedInstance {
+                node: "n1",
+                instance: "web-1",
+            },
+            RecordKey::Endpoints("team/web"),
+            RecordKey::ServiceStatus("web"),
+            RecordKey::Unschedulable("web-1"),
+            RecordKey::Rebalance("web"),
+        ];
+        for record in cases {
+            let key = record.key().unwrap();
+            assert_eq!(RecordKey::parse(&key), Some(record), "{key}");
+        }
+    }
+
+    #[test]
+    fn malformed_ids_are_no_record() {
+        for key in [
+            "placement/n1",
+            "placement/n1/",
+            "placement/n1/a/b",
+            "desired/instance/a/b",
+            "observed/instance/n1",
+            "lease/node/",
+            "desired/service/",
+            "other/thing",
+        ] {
+            assert_eq!(RecordKey::parse_str(key), None, "{key}");
+        }
+        let key = placement("n1", "web-1").unwrap();
+        let parsed = RecordKey::parse(&key).unwrap();
+        assert_eq!(
+            (parsed.node(), parsed.instance()),
+            (Some("n1"), Some("web-1"))
+        );
+    }
+
+    #[test]
+    fn a_node_writes_only_its_own_keys() {
+        assert!(node_may_write("n1", "lease/node/n1"));
+        assert!(node_may_write("n1", "observed/node/n1"));
+        assert!(node_may_write("n1", "observed/instance/n1/web-1"));
+        for key in [
+            "lease/node/n10",
+            "observed/node/n1x",
+            "observed/instance/n10/web-1",
+            "observed/instance/n1/a/b",
+            "observed/instance/n1/..",
+            "placement/n1/web-1",
+            "desired/instance/web-1",
+        ] {
+            assert!(!node_may_write("n1", key), "{key}");
+        }
+        assert_eq!(node_placements("n1").unwrap(), "placement/n1/");
+        assert!(node_placements("a/b").is_err());
+    }
+}
