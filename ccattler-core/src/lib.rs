@@ -9,8 +9,8 @@
 //!
 //! - Writing a controller: read [`Controller`], then [`FactView`] (what it reads) and [`Change`]
 //!   (what it returns). [`Plan`] renders its changes as the stable text snapshot tests store.
-//! - Running controllers: [`runner`] (the deterministic loop logic, and with the `tokio` feature,
-//!   the tokio runner and leader election).
+//! - Running controllers: [`runner`] (the deterministic loop logic and leader election, and with
+//!   the `tokio` feature, the tokio runner and `LeaseElection` that drive them).
 //! - Writing a store backend: [`FactStore`]; the conformance suite in `ccattler-testkit` checks
 //!   every guarantee it lists.
 //! - Choosing the store or runtime at run time (from a config file): [`dynamic`].

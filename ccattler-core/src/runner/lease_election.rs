@@ -1,77 +1,43 @@
-//! [`LeaseElection`]: leader election on a store lease, with a fencing compare.
-
-use std::time::Duration;
+//! [`LeaseElection`]: the tokio driver of an [`ElectionLoop`] against a [`FactStore`].
 
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
-use super::{LeaderElection, Leadership};
-use crate::{
-    CmpOp, Compare, CompareTarget, EventKind, FactStore, Key, LeaseId, Op, Revision, StoreError,
-    Txn,
+use super::{
+    ElectionAction, ElectionLoop, LeaderElection, Leadership, LeaseElectionConfig, perform_election,
 };
+use crate::{Compare, FactStore, StoreError, WatchEvent};
 
-/// Settings of a [`LeaseElection`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseElectionConfig {
-    /// The leader key; it exists exactly while someone leads, attached to the leader's lease.
-    pub key: Key,
-    /// This replica's name, written as the leader key's value.
-    pub identity: String,
-    /// Lease TTL: how long a crashed leader blocks the others. Default 10 s.
-    pub ttl: Duration,
-    /// Pause before retrying after a store error. Default 500 ms.
-    pub retry: Duration,
-}
-
-impl LeaseElectionConfig {
-    /// A config for leader key `key` and replica name `identity`, with default timings.
-    pub fn new(key: Key, identity: impl Into<String>) -> Self {
-        LeaseElectionConfig {
-            key,
-            identity: identity.into(),
-            ttl: Duration::from_secs(10),
-            retry: Duration::from_millis(500),
-        }
-    }
-
-    /// Sets the lease TTL.
-    #[must_use]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Sets the retry pause.
-    #[must_use]
-    pub fn retry(mut self, retry: Duration) -> Self {
-        self.retry = retry;
-        self
-    }
-}
-
-/// Leader election on a store lease.
+/// Leader election on a store lease, with a fencing compare.
 ///
 /// # Expected flow
 ///
 /// A candidate grants a lease and creates the leader key with it in a transaction guarded by
 /// "the key is absent". The winner keeps the lease alive every TTL/3; the others watch the key and
-/// try again when it is deleted (the leader resigned, or its lease expired).
+/// try again when it is deleted (the leader resigned, or its lease expired), or after one TTL.
+/// The protocol is [`ElectionLoop`]'s; this type performs its actions on tokio.
 ///
 /// # Guarantees
 ///
 /// The fence is `create_revision(leader key) == R`, where R is the revision at which this
 /// leader created the key. Any later leader creates the key anew at a higher revision, so a
 /// deposed leader's commits fail even if it has not noticed yet (paused process, partition).
-/// Leadership ends (and [`Leadership::lost`] completes) when a keep-alive finds the lease gone or
-/// the key is deleted or re-created.
+/// Leadership ends (and [`Leadership::lost`] completes) when a renewal finds the lease gone,
+/// the key is deleted or re-created, or the lease could have expired because no renewal
+/// succeeded for one TTL (retryable store errors are retried every
+/// [`retry`](LeaseElectionConfig::retry) until then; see [`ElectionLoop`]).
+///
+/// # Errors
+///
+/// [`campaign`](LeaderElection::campaign) returns the store's error when a campaign fails with
+/// one that waiting does not cure (not [`StoreError::is_retryable`]: an invalid TTL or key, a
+/// denied request); retryable errors are retried after `retry`.
 ///
 /// # Caveats
 ///
-/// Needs a tokio runtime (a keep-alive task runs while leading). Dropping the [`Leadership`]
-/// revokes the lease.
+/// Needs a tokio runtime: a task renews the lease and watches the key while leading. Dropping
+/// the [`Leadership`] resigns: that task revokes the lease, so another replica takes over at
+/// once (if the runtime is shutting down, the lease expires after its TTL instead).
 #[derive(Debug, Clone)]
 pub struct LeaseElection<S> {
     store: S,
@@ -83,140 +49,156 @@ impl<S: FactStore + Clone> LeaseElection<S> {
     pub fn new(store: S, config: LeaseElectionConfig) -> Self {
         LeaseElection { store, config }
     }
-
-    async fn try_lead(&self) -> Result<Option<Leadership>, StoreError> {
-        let key = &self.config.key;
-        let lease = self.store.grant_lease(self.config.ttl).await?;
-        let txn = Txn::new().when(Compare::absent(key.clone())).then(Op::Put {
-            key: key.clone(),
-            value: self.config.identity.clone().into(),
-            lease: Some(lease.id),
-        });
-        let response = match self.store.txn(txn).await {
-            Ok(response) => response,
-            Err(err) => {
-                let _ = self.store.revoke_lease(lease.id).await;
-                return Err(err);
-            }
-        };
-        if !response.succeeded {
-            let _ = self.store.revoke_lease(lease.id).await;
-            return Ok(None);
-        }
-        let created = response.revision;
-        let fence = Compare::new(
-            key.clone(),
-            CmpOp::Equal,
-            CompareTarget::CreateRevision(created),
-        );
-        let (lost_tx, lost_rx) = oneshot::channel();
-        let task = tokio::spawn(keep_leading(
-            self.store.clone(),
-            self.config.clone(),
-            lease.id,
-            created,
-            lost_tx,
-        ));
-        tracing::info!(key = %key, identity = %self.config.identity, revision = %created, "became leader");
-        let guard = Resign {
-            store: self.store.clone(),
-            lease: lease.id,
-            task,
-        };
-        Ok(Some(
-            Leadership::new(vec![fence], async move {
-                let _ = lost_rx.await;
-            })
-            .with_guard(guard),
-        ))
-    }
-
-    /// Waits until the leader key is deleted, or one TTL passed (to retry in any case).
-    async fn wait_for_vacancy(&self) {
-        let key = &self.config.key;
-        let Ok(revision) = self.store.revision().await else {
-            tokio::time::sleep(self.config.retry).await;
-            return;
-        };
-        let watch = self.store.watch(key.as_str(), revision.next()).await;
-        let Ok(mut watch) = watch else {
-            tokio::time::sleep(self.config.retry).await;
-            return;
-        };
-        // The key may have vanished between our failed attempt and the watch.
-        if matches!(self.store.get(key).await, Ok(None)) {
-            return;
-        }
-        let vacated = async {
-            while let Some(item) = watch.next().await {
-                match item {
-                    Ok(event) if event.key() == key && event.kind == EventKind::Delete => return,
-                    Ok(_) => {}
-                    Err(_) => return,
-                }
-            }
-        };
-        let _ = tokio::time::timeout(self.config.ttl, vacated).await;
-    }
 }
 
 impl<S: FactStore + Clone> LeaderElection for LeaseElection<S> {
     async fn campaign(&self) -> Result<Leadership, StoreError> {
+        let mut driver = Driver::new(self.store.clone(), self.config.clone());
+        let fence = loop {
+            match driver.next().await {
+                Step::Won(fence) => break fence,
+                Step::Lost(_) => {} // a loop that never won does not lose
+                Step::Fatal(err) => return Err(err),
+            }
+        };
+        let (lost_tx, lost_rx) = oneshot::channel();
+        let (resign_tx, resign_rx) = oneshot::channel::<()>();
+        tokio::spawn(keep_leading(driver, lost_tx, resign_rx));
+        Ok(Leadership::new(vec![fence], async move {
+            let _ = lost_rx.await;
+        })
+        .with_guard(resign_tx))
+    }
+}
+
+/// Drives the loop of a leader until it loses or resigns (its [`Leadership`] was dropped, which
+/// drops `resign`'s sender), then performs the resignations.
+async fn keep_leading<S: FactStore>(
+    mut driver: Driver<S>,
+    lost: oneshot::Sender<()>,
+    mut resign: oneshot::Receiver<()>,
+) {
+    let lost_because = tokio::select! {
+        biased;
+        _ = &mut resign => None,
+        reason = driver.until_lost() => Some(reason),
+    };
+    if let Some(reason) = lost_because {
+        tracing::warn!(
+            key = %driver.machine.config().key,
+            identity = %driver.machine.config().identity,
+            "leadership lost: {reason}"
+        );
+        let _ = lost.send(());
+    }
+    driver.machine.resign();
+    while let Some(action) = driver.machine.next_action() {
+        let _ = perform_election(&driver.store, action).await;
+    }
+}
+
+/// What the driver stops for.
+enum Step {
+    Won(Compare),
+    Lost(String),
+    Fatal(StoreError),
+}
+
+/// One [`ElectionLoop`], the store it acts on, and its watch.
+struct Driver<S: FactStore> {
+    store: S,
+    machine: ElectionLoop,
+    origin: tokio::time::Instant,
+    watch: Option<S::Watch>,
+}
+
+impl<S: FactStore> Driver<S> {
+    fn new(store: S, config: LeaseElectionConfig) -> Self {
+        Driver {
+            store,
+            machine: ElectionLoop::new(config),
+            origin: tokio::time::Instant::now(),
+            watch: None,
+        }
+    }
+
+    /// Runs the loop until leadership is lost (or the loop stopped); returns why.
+    async fn until_lost(&mut self) -> String {
         loop {
-            match self.try_lead().await {
-                Ok(Some(leadership)) => return Ok(leadership),
-                Ok(None) => self.wait_for_vacancy().await,
-                Err(err) if err.is_retryable() => {
-                    tracing::warn!(error = %err, "leader election: store error, retrying");
-                    tokio::time::sleep(self.config.retry).await;
-                }
-                Err(err) => return Err(err),
+            match self.next().await {
+                Step::Won(_) => {}
+                Step::Lost(reason) => return reason,
+                Step::Fatal(err) => return format!("leader election failed: {err}"),
             }
         }
     }
-}
 
-/// Keeps the lease alive until it is lost, then signals.
-async fn keep_leading<S: FactStore>(
-    store: S,
-    config: LeaseElectionConfig,
-    lease: LeaseId,
-    created: Revision,
-    lost: oneshot::Sender<()>,
-) {
-    let key = &config.key;
-    let mut ticker = tokio::time::interval(config.ttl / 3);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut watch = store.watch(key.as_str(), created.next()).await.ok();
-    loop {
-        let still_ours = tokio::select! {
-            _ = ticker.tick() => match store.keep_alive(lease).await {
-                Ok(_) => true,
-                Err(err) if err.is_retryable() => true, // the lease may still live; the fence decides
-                Err(_) => false,
-            },
-            item = next_event(&mut watch) => match item {
-                Some(Ok(event)) if event.key() == key => {
-                    event.kind == EventKind::Put && event.fact.create_revision == created
+    /// Performs actions and waits for events until the loop wins, loses or fails fatally.
+    async fn next(&mut self) -> Step {
+        loop {
+            self.machine.tick(self.origin.elapsed());
+            while let Some(action) = self.machine.next_action() {
+                if let Some(step) = self.perform(action).await {
+                    return step;
                 }
-                Some(Ok(_)) => true,
-                Some(Err(_)) | None => {
-                    watch = store.watch(key.as_str(), created.next()).await.ok();
-                    matches!(store.get(key).await, Ok(Some(f)) if f.create_revision == created)
-                }
-            },
-        };
-        if !still_ours {
-            tracing::warn!(key = %key, identity = %config.identity, "leadership lost");
-            let _ = lost.send(());
-            return;
+                self.machine.tick(self.origin.elapsed());
+            }
+            let deadline = self
+                .machine
+                .deadline()
+                .and_then(|d| self.origin.checked_add(d));
+            tokio::select! {
+                item = next_item(&mut self.watch) => match item {
+                    Some(Ok(event)) => self.machine.event(event),
+                    Some(Err(err)) => {
+                        self.watch = None;
+                        self.machine.watch_failed(err);
+                    }
+                    None => {
+                        self.watch = None;
+                        self.machine.watch_failed(StoreError::unavailable("the watch ended"));
+                    }
+                },
+                _ = sleep_until(deadline), if deadline.is_some() => {}
+            }
         }
+    }
+
+    async fn perform(&mut self, action: ElectionAction) -> Option<Step> {
+        let config = self.machine.config();
+        match action {
+            ElectionAction::Watch { key, from } => {
+                self.watch = None;
+                match self.store.watch(key.as_str(), from).await {
+                    Ok(watch) => self.watch = Some(watch),
+                    Err(err) => self.machine.watch_failed(err),
+                }
+            }
+            ElectionAction::Won { term, fence, .. } => {
+                let (key, identity) = (&config.key, &config.identity);
+                tracing::info!(key = %key, identity = %identity, revision = %term, "became leader");
+                return Some(Step::Won(fence));
+            }
+            ElectionAction::Lost { reason, .. } => return Some(Step::Lost(reason)),
+            ElectionAction::Failed { reason, retry_in } => {
+                let (key, identity) = (&config.key, &config.identity);
+                tracing::warn!(key = %key, identity = %identity, retry_in = ?retry_in,
+                    "leader election: {reason}");
+            }
+            ElectionAction::Fatal { error } => return Some(Step::Fatal(error)),
+            action => {
+                if let Some(outcome) = perform_election(&self.store, action).await {
+                    outcome.feed(&mut self.machine);
+                }
+            }
+        }
+        None
     }
 }
 
-async fn next_event<W>(watch: &mut Option<W>) -> Option<Result<crate::WatchEvent, StoreError>>
+async fn next_item<W>(watch: &mut Option<W>) -> Option<Result<WatchEvent, StoreError>>
 where
-    W: futures_core::Stream<Item = Result<crate::WatchEvent, StoreError>> + Unpin,
+    W: futures_core::Stream<Item = Result<WatchEvent, StoreError>> + Unpin,
 {
     match watch {
         Some(watch) => watch.next().await,
@@ -224,22 +206,9 @@ where
     }
 }
 
-/// Dropped with the [`Leadership`]: stops the keep-alive and revokes the lease.
-struct Resign<S: FactStore + Clone> {
-    store: S,
-    lease: LeaseId,
-    task: JoinHandle<()>,
-}
-
-impl<S: FactStore + Clone> Drop for Resign<S> {
-    fn drop(&mut self) {
-        self.task.abort();
-        let store = self.store.clone();
-        let lease = self.lease;
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = store.revoke_lease(lease).await;
-            });
-        }
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }

@@ -11,10 +11,20 @@
 //! | [`check_changes`] | the runner's rule for a reconcile's changes (write domain, one change per key) |
 //! | [`LoopConfig`], [`Backoff`] | timing: resync, restart and conflict backoff |
 //! | [`LeaderElection`], [`Leadership`], [`NoElection`] | who may commit, and the fencing compares |
+//! | [`ElectionLoop`], [`ElectionAction`], [`perform_election`] | the deterministic leader election on a store lease, and its store calls |
 //! | `TokioRunner` (feature `tokio`) | runs controllers on tokio |
-//! | `LeaseElection` (feature `tokio`) | leader election on store leases |
+//! | `LeaseElection` (feature `tokio`) | leader election on store leases: [`ElectionLoop`] on tokio |
+//!
+//! Leader election follows the same pattern: [`ElectionLoop`] is the protocol (campaign, renew,
+//! watch the leader key, step down), `LeaseElection` its tokio driver, and the testkit's
+//! simulated replicas step the same machine.
 
 mod backoff;
+mod election;
+mod election_inputs;
+mod election_io;
+#[cfg(test)]
+mod election_tests;
 mod leader;
 mod machine;
 #[cfg(test)]
@@ -28,6 +38,10 @@ mod lease_election;
 mod tokio_runner;
 
 pub use backoff::{Backoff, LoopConfig};
+pub use election::ElectionLoop;
+pub use election_io::{
+    CampaignAnswer, ElectionAction, ElectionOutcome, LeaseElectionConfig, perform_election,
+};
 pub use leader::{LeaderElection, Leadership, NoElection};
 pub use machine::{
     Action, COMMIT_MARKERS, ControllerLoop, LoopStats, ReconcileFailure, check_changes,
@@ -35,7 +49,7 @@ pub use machine::{
 };
 
 #[cfg(feature = "tokio")]
-pub use lease_election::{LeaseElection, LeaseElectionConfig};
+pub use lease_election::LeaseElection;
 #[cfg(feature = "tokio")]
 pub use tokio_runner::{RunnerError, TokioRunner};
 

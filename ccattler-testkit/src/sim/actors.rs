@@ -1,6 +1,7 @@
-//! The two kinds of actor a simulation steps: a controller's real [`ControllerLoop`] and a node's
-//! real [`AgentLoop`] over a [`SimulatorRuntime`]. This is their driver: it performs their
-//! actions through the world instead of tokio.
+//! The kinds of actor a simulation steps: a controller's real [`ControllerLoop`], a node's real
+//! [`AgentLoop`] over a [`SimulatorRuntime`], and a runner replica's real election loop
+//! (`replicas.rs`). This is their driver: it performs their actions through the world instead
+//! of tokio.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use rand::Rng;
 
 use super::MakeController;
 use super::check::{self, Invariant};
+use super::replicas::ReplicaActor;
 use super::world::{Event, Input, Request, World};
 
 /// The wall-clock time virtual time zero stands for, as controllers see it.
@@ -145,10 +147,11 @@ impl NodeActor {
     }
 }
 
-/// A controller or a node.
+/// A controller, a node or a runner replica.
 pub(crate) enum Actor {
     Controller(Box<ControllerActor>),
     Node(Box<NodeActor>),
+    Replica(Box<ReplicaActor>),
 }
 
 impl Actor {
@@ -156,14 +159,17 @@ impl Actor {
         match self {
             Actor::Controller(c) => &c.name,
             Actor::Node(n) => &n.name,
+            Actor::Replica(r) => &r.name,
         }
     }
 
-    /// The incarnation results must carry to be taken; `None` while the actor is down.
+    /// The incarnation results must carry to be taken; `None` while the actor is down. A
+    /// replica is never restarted: its incarnation stays 0.
     pub(crate) fn incarnation(&self) -> Option<u64> {
         match self {
             Actor::Controller(c) => Some(c.incarnation),
             Actor::Node(n) => n.machine.as_ref().map(|_| n.incarnation),
+            Actor::Replica(_) => Some(0),
         }
     }
 
@@ -172,6 +178,7 @@ impl Actor {
         match self {
             Actor::Controller(c) => Some(c.watch_generation),
             Actor::Node(n) => n.machine.as_ref().map(|_| n.watch_generation),
+            Actor::Replica(r) => Some(r.watch_generation),
         }
     }
 
@@ -179,6 +186,7 @@ impl Actor {
         match self {
             Actor::Controller(c) => c.wake = None,
             Actor::Node(n) => n.wake = None,
+            Actor::Replica(r) => r.wake = None,
         }
     }
 }
@@ -189,6 +197,7 @@ impl World {
         match &self.actors[actor] {
             Actor::Controller(_) => self.step_controller(actor),
             Actor::Node(_) => self.step_node(actor),
+            Actor::Replica(_) => self.step_replica(actor),
         }
         self.schedule_wake(actor);
     }
@@ -202,6 +211,7 @@ impl World {
                 Some(machine) => (machine.deadline(), &mut n.wake),
                 None => return,
             },
+            Actor::Replica(r) => (r.machine.deadline(), &mut r.wake),
         };
         // Whatever was due by now was done in this step: only a later deadline needs a wake.
         let Some(deadline) = deadline.filter(|d| *d > now) else {
@@ -217,12 +227,7 @@ impl World {
     fn step_controller(&mut self, actor: usize) {
         // A leader's commits carry its fence (unless it was built unfenced, to prove the
         // checker catches a deposed leader's write).
-        let fence = self
-            .replicas
-            .iter()
-            .find(|r| r.controllers.contains(&actor))
-            .filter(|r| r.fenced)
-            .and_then(|r| r.fence());
+        let fence = self.fence_of(actor);
         loop {
             let now = self.now;
             let Actor::Controller(c) = &mut self.actors[actor] else {
@@ -387,6 +392,7 @@ impl World {
                     outcome.feed(machine);
                 }
             }
+            (Actor::Replica(r), Input::Election(outcome)) => outcome.feed(&mut r.machine),
             _ => {}
         }
     }
@@ -429,6 +435,10 @@ impl World {
                     }
                 }
             }
+            Actor::Replica(r) => match item {
+                Ok(event) => r.machine.event(event),
+                Err(err) => r.machine.watch_failed(err),
+            },
         }
     }
 }

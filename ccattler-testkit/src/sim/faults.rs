@@ -40,7 +40,9 @@ pub enum FaultKind {
     SlowStorage,
     /// With runner replicas: the leading replica freezes for 2 to 30 s (a long pause), while
     /// what it sent before goes on; another replica may take over, and the frozen one wakes
-    /// believing it still leads. Strikes nothing with a single runner.
+    /// believing it still leads: its controllers act on what they held for a moment (2 to
+    /// 10 ms) before its election notices that its lease could have expired. Strikes nothing
+    /// with a single runner.
     LeaderLoss,
 }
 

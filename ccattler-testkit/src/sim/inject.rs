@@ -62,15 +62,18 @@ impl World {
                 target.map(|i| self.actors[i].name().to_owned())
             }
             FaultKind::LeaderLoss => {
-                let leader = self.replicas.iter().position(|r| r.term().is_some());
-                match leader {
-                    Some(index) => {
-                        let replica = &mut self.replicas[index];
+                // Frozen: its wakes, answers and watch events, and its controllers', wait for
+                // the end of the pause (`World::paused`); its election's, 2 to 10 ms more
+                // (about a store round trip).
+                let leader = self.leading_replica();
+                let lag = leader.map(|_| self.rng.random_range(2..=10)).unwrap_or(0);
+                match leader.map(|i| &mut self.actors[i]) {
+                    Some(Actor::Replica(replica)) => {
                         replica.paused_until = replica.paused_until.max(fault.end());
-                        self.agenda.push(fault.end(), Event::ReplicaWake(index));
+                        replica.election_lag = std::time::Duration::from_millis(lag);
                         Some(replica.name.clone())
                     }
-                    None => None,
+                    _ => None,
                 }
             }
             FaultKind::DuplicateEvents | FaultKind::SlowStorage => {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ccattler_core::runner::{ElectionOutcome, perform_election};
 use ccattler_core::{FactStore, Scan, StoreError, TxnResponse};
 use ccattler_runtime::agent::{self, Action as AgentAction};
 use futures_util::FutureExt;
@@ -82,6 +83,10 @@ impl World {
                     Some(outcome) => Input::Agent(outcome),
                     None => return,
                 },
+                Request::Election(action) => match ElectionOutcome::failed(&action, error) {
+                    Some(outcome) => Input::Election(outcome),
+                    None => return,
+                },
             }
         } else {
             match request {
@@ -103,7 +108,7 @@ impl World {
                 Request::Agent(action) => {
                     let (node, ttl) = match &self.actors[actor] {
                         Actor::Node(node) => (node.name.clone(), node.config.lease_ttl),
-                        Actor::Controller(_) => return,
+                        Actor::Controller(_) | Actor::Replica(_) => return,
                     };
                     if let AgentAction::Report { puts, deletes } = &action {
                         let keys: Vec<_> = puts.iter().map(|(k, _)| k).chain(deletes).collect();
@@ -116,6 +121,15 @@ impl World {
                         .flatten()
                     {
                         Some(outcome) => Input::Agent(outcome),
+                        None => return,
+                    }
+                }
+                Request::Election(action) => {
+                    match perform_election(&self.store, action)
+                        .now_or_never()
+                        .flatten()
+                    {
+                        Some(outcome) => Input::Election(outcome),
                         None => return,
                     }
                 }

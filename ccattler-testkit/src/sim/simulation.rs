@@ -104,17 +104,16 @@ impl Simulation {
                 controllers.push(index);
                 world.agenda.push(Duration::ZERO, Event::Wake(index));
             }
-            if elected {
+            if !elected {
+                continue;
+            }
+            let name = format!("runner-{}", r + 1);
+            let replica =
+                replicas::ReplicaActor::new(name, controllers, builder.fenced, builder.lease_ttl);
+            if let Some(replica) = replica {
                 let campaign = Duration::from_millis(rng.random_range(0..100));
-                world.replicas.push(replicas::Replica {
-                    name: format!("runner-{}", r + 1),
-                    standing: replicas::Standing::Candidate(campaign),
-                    controllers,
-                    fenced: builder.fenced,
-                    paused_until: Duration::ZERO,
-                    ttl: builder.lease_ttl,
-                });
-                world.agenda.push(campaign, Event::ReplicaWake(r));
+                let index = world.add_replica(replica);
+                world.agenda.push(campaign, Event::Wake(index));
             }
         }
         for (node, boot) in &builder.nodes {

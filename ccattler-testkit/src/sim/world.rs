@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccattler_controllers::apply::DesiredFacts;
-use ccattler_core::runner::ReconcileFailure;
+use ccattler_core::runner::{ElectionAction, ElectionOutcome, ReconcileFailure};
 use ccattler_core::{
     Change, FactStore, ManualClock, Scan, StoreError, Txn, TxnResponse, WatchEvent,
 };
@@ -20,7 +20,7 @@ use super::check::{Checker, Invariant, Violation};
 use super::faults::{Fault, FaultKind, Schedule};
 use super::net::Subs;
 use super::queue::Agenda;
-use super::replicas::{ElectionAnswer, Replica};
+use super::replicas::ReplicaActor;
 use super::trace::Trace;
 
 /// A request on its way to the store.
@@ -32,6 +32,8 @@ pub(crate) enum Request {
     Commit(Txn),
     /// An agent's store action.
     Agent(AgentAction),
+    /// A replica's election request.
+    Election(ElectionAction),
 }
 
 /// A result on its way back to an actor.
@@ -41,6 +43,7 @@ pub(crate) enum Input {
     Reconciled(Result<Vec<Change>, ReconcileFailure>),
     Committed(Result<TxnResponse, StoreError>),
     Agent(Outcome),
+    Election(ElectionOutcome),
 }
 
 #[derive(Debug)]
@@ -82,14 +85,6 @@ pub(crate) enum Event {
     FreshObservation(usize),
     /// A slow start on a node is over: the instance runs (or exits).
     Started { node: usize, id: String },
-    /// A replica's election deadline.
-    ReplicaWake(usize),
-    /// A replica's campaign reaches the store.
-    Campaign(usize),
-    /// A leader's renewal reaches the store.
-    Renew(usize, ccattler_core::LeaseId),
-    /// An election answer reaches its replica.
-    Elected(usize, ElectionAnswer),
 }
 
 /// A window during which a fault is in force.
@@ -123,8 +118,8 @@ pub(crate) struct World {
     pub steps: u64,
     pub fatal: Option<String>,
     pub checker: Checker,
-    /// Runner replicas under election (empty: one runner that always leads).
-    pub replicas: Vec<Replica>,
+    /// The actors of the runner replicas under election (empty: one runner that always leads).
+    pub replicas: Vec<usize>,
     /// The first invariant broken: the run stops there.
     pub violation: Option<Violation>,
 }
@@ -201,16 +196,12 @@ impl World {
         });
     }
 
-    /// The controller actor or replica an event is for, when it belongs to a paused replica:
-    /// the time it must wait until.
+    /// The replica or controller actor an event is for, when it is or belongs to a paused
+    /// replica: the time it must wait until.
     fn held_until(&self, event: &Event) -> Option<Duration> {
         match event {
             Event::Wake(actor) | Event::Input { actor, .. } | Event::Deliver { actor, .. } => {
                 self.paused(*actor)
-            }
-            Event::ReplicaWake(index) | Event::Elected(index, _) => {
-                let until = self.replicas.get(*index)?.paused_until;
-                (self.now < until).then_some(until)
             }
             _ => None,
         }
@@ -263,10 +254,6 @@ impl World {
                     n.runtime.faults().release(&id);
                 }
             }
-            Event::ReplicaWake(index) => self.step_replica(index),
-            Event::Campaign(index) => self.campaign(index),
-            Event::Renew(index, lease) => self.renew(index, lease),
-            Event::Elected(index, answer) => self.elected(index, answer),
         }
     }
 
@@ -445,6 +432,13 @@ impl World {
     pub(crate) fn add_node(&mut self, actor: NodeActor) -> usize {
         self.actors.push(Actor::Node(Box::new(actor)));
         self.actors.len() - 1
+    }
+
+    pub(crate) fn add_replica(&mut self, actor: ReplicaActor) -> usize {
+        self.actors.push(Actor::Replica(Box::new(actor)));
+        let index = self.actors.len() - 1;
+        self.replicas.push(index);
+        index
     }
 }
 
