@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use ccattler_core::schema::Probe;
+use ccattler_core::schema::{Probe, RecordKey};
 use ccattler_core::{
     InstanceSpec, InstanceStats, Key, LeaseId, ObservedInstance, Revision, Scan, Value,
 };
@@ -178,19 +178,16 @@ impl fmt::Display for Action {
             Action::RenewLease { lease } => write!(f, "renew lease {lease}"),
             Action::Report { puts, deletes } => {
                 write!(f, "report")?;
+                let id = |key: &Key| {
+                    RecordKey::parse(key)
+                        .and_then(|r| r.instance())
+                        .map_or_else(|| key.as_str().to_owned(), str::to_owned)
+                };
                 for (key, _) in puts {
-                    write!(
-                        f,
-                        " +{}",
-                        key.as_str().rsplit('/').next().unwrap_or_default()
-                    )?;
+                    write!(f, " +{}", id(key))?;
                 }
                 for key in deletes {
-                    write!(
-                        f,
-                        " -{}",
-                        key.as_str().rsplit('/').next().unwrap_or_default()
-                    )?;
+                    write!(f, " -{}", id(key))?;
                 }
                 Ok(())
             }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use ccattler_core::schema::{self, Assignment, ServiceSpec};
+use ccattler_core::schema::{self, Assignment, RecordKey, ServiceSpec};
 use ccattler_core::{EventKind, Fact, LeaseId, RuntimeError, StoreError, WatchEvent};
 
 use super::action::{Action, Listing, Sample};
@@ -52,18 +52,20 @@ impl AgentLoop {
             .filter_map(|fact| schema::decode::<Assignment>(fact).ok())
             .map(|a| (a.instance.clone(), a))
             .collect();
-        let prefix = format!("{}{}/", schema::OBSERVED_INSTANCES, self.config.node);
+        let node = self.config.node.as_str();
         self.reported = listing
             .observations
             .facts
             .into_iter()
-            .filter_map(|fact| {
-                let id = fact.key.strip_prefix(&prefix)?.to_owned();
-                Some((id, fact.value))
+            .filter_map(|fact| match RecordKey::parse(&fact.key) {
+                Some(RecordKey::ObservedInstance { node: n, instance }) if n == node => {
+                    Some((instance.to_owned(), fact.value))
+                }
+                _ => None,
             })
             .collect();
         self.outbox.push_back(Action::Watch {
-            prefix: format!("{}{}/", schema::PLACEMENTS, self.config.node),
+            prefix: self.placements_prefix(),
             from: listing.placements.revision.next(),
         });
         let renew_at = match self.link {
@@ -100,9 +102,11 @@ impl AgentLoop {
                     .insert(assignment.instance.clone(), assignment);
             }
             EventKind::Delete => {
-                let prefix = format!("{}{}/", schema::PLACEMENTS, self.config.node);
-                if let Some(id) = event.fact.key.strip_prefix(&prefix) {
-                    self.desired.placements.remove(id);
+                if let Some(RecordKey::Placement { node, instance }) =
+                    RecordKey::parse(&event.fact.key)
+                    && node == self.config.node
+                {
+                    self.desired.placements.remove(instance);
                 }
             }
         }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ccattler_core::schema::{self, Assignment};
+use ccattler_core::schema::{self, Assignment, keys};
 use ccattler_core::{Key, LeaseId, Value};
 
 use super::action::{Action, Sample};
@@ -385,11 +385,22 @@ impl AgentLoop {
     }
 
     pub(super) fn list_action(&self) -> Action {
-        let node = &self.config.node;
         Action::List {
-            placements: format!("{}{node}/", schema::PLACEMENTS),
-            observations: format!("{}{node}/", schema::OBSERVED_INSTANCES),
+            placements: self.placements_prefix(),
+            observations: keys::node_observations(&self.config.node)
+                .unwrap_or_else(|_| self.unmatchable()),
         }
+    }
+
+    /// `placement/{node}/`. [`NodeAgent::new`](super::NodeAgent::new) refuses a node name that
+    /// is not one segment; a loop built directly with one lists and watches nothing.
+    pub(super) fn placements_prefix(&self) -> String {
+        keys::node_placements(&self.config.node).unwrap_or_else(|_| self.unmatchable())
+    }
+
+    /// A prefix no key has (keys never hold NUL).
+    fn unmatchable(&self) -> String {
+        "\0".to_owned()
     }
 
     /// Marks the cache stale: one [`Action::SaveCache`] follows, however many changes a burst
