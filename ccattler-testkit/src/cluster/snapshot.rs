@@ -9,7 +9,8 @@ use std::time::Duration;
 use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, ScheduleInput};
 use ccattler_controllers::standard::{Cluster, Instance, IntentResolver};
 use ccattler_core::schema::{
-    self, DesiredState, Endpoints, InstanceObservation, NodeStatus, ScaleIntent, ServiceStatus,
+    self, DesiredState, Endpoints, InstanceObservation, NodeStatus, RecordKey, ScaleIntent,
+    ServiceStatus,
 };
 use ccattler_core::{
     EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
@@ -88,11 +89,7 @@ impl Snapshot {
     pub fn placements(&self) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
         for fact in self.view.scan(schema::PLACEMENTS) {
-            let rest = fact
-                .key
-                .strip_prefix(schema::PLACEMENTS)
-                .unwrap_or_default();
-            if let Some((node, _)) = rest.split_once('/') {
+            if let Some(RecordKey::Placement { node, .. }) = RecordKey::parse(&fact.key) {
                 *counts.entry(node.to_owned()).or_default() += 1;
             }
         }
@@ -201,10 +198,9 @@ impl Snapshot {
             gaps.push(format!("placement {key} has no instance"));
         }
         for f in self.view.scan(schema::SERVICE_STATUS) {
-            let name = f
-                .key
-                .strip_prefix(schema::SERVICE_STATUS)
-                .unwrap_or_default();
+            let Some(RecordKey::ServiceStatus(name)) = RecordKey::parse(&f.key) else {
+                continue;
+            };
             if !cluster.services.contains_key(name) {
                 gaps.push(format!("status of deleted {name} is left"));
             }

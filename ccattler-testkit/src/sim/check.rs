@@ -17,7 +17,7 @@ use std::fmt;
 use std::time::Duration;
 
 use ccattler_controllers::standard::Cluster;
-use ccattler_core::schema::{self, Assignment, DesiredState, Endpoints};
+use ccattler_core::schema::{self, Assignment, DesiredState, Endpoints, RecordKey};
 use ccattler_core::{EventKind, FactStore, Key, Op, Revision, Txn};
 use ccattler_store::{MemoryStore, MemoryWatch};
 use futures_util::{FutureExt, StreamExt};
@@ -175,7 +175,7 @@ impl Checker {
                 }
             };
             let fact = (event.kind == EventKind::Put).then_some(&event.fact);
-            if let Some(service) = event.fact.key.strip_prefix(schema::ENDPOINTS) {
+            if let Some(RecordKey::Endpoints(service)) = RecordKey::parse(&event.fact.key) {
                 let addresses = fact
                     .and_then(|f| schema::decode::<Endpoints>(f).ok())
                     .map(|e| e.addresses);
@@ -368,7 +368,7 @@ pub(crate) fn commit_writes(writer: &str, txn: &Txn) -> Option<(Invariant, Strin
 
 /// Whether an agent's report stays within its node's keys.
 pub(crate) fn report_writes(node: &str, keys: &[&Key]) -> Option<(Invariant, String)> {
-    let own = format!("{}{node}/", schema::OBSERVED_INSTANCES);
+    let own = schema::keys::node_observations(node).unwrap_or_else(|_| "\0".to_owned());
     keys.iter().find(|k| !k.has_prefix(&own)).map(|key| {
         (
             Invariant::SingleWriter,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ccattler_core::schema::{self, Endpoints};
+use ccattler_core::schema::{self, Endpoints, RecordKey};
 use ccattler_core::{
     Change, Controller, Fact, FactView, Key, ReconcileContext, ReconcileError, Value,
 };
@@ -54,7 +54,7 @@ impl Controller for ServiceDns {
         let domain = domain(facts)?;
         let mut wanted: BTreeMap<Key, Value> = BTreeMap::new();
         for fact in facts.scan(schema::ENDPOINTS) {
-            let Some(service) = fact.key.strip_prefix(schema::ENDPOINTS) else {
+            let Some(RecordKey::Endpoints(service)) = RecordKey::parse(&fact.key) else {
                 continue;
             };
             let (record, problems) = derive(service, fact, &domain);

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use ccattler_controllers::apply::{ApplyError, ApplyOptions, apply_file};
 use ccattler_controllers::lang::{Diagnostics, Severity, SourceFile};
 use ccattler_core::FactStore;
-use ccattler_core::schema::{self, ServiceStatus};
+use ccattler_core::schema::{self, RecordKey, ServiceStatus};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
@@ -138,8 +138,8 @@ pub async fn status<S: FactStore + Clone>(
     let status = ClusterStatus::read(&api.store).await?;
     let mut present = BTreeMap::new();
     for fact in api.store.scan(schema::SERVICE_STATUS).await?.facts {
-        if let (Some(name), Ok(s)) = (
-            fact.key.strip_prefix(schema::SERVICE_STATUS),
+        if let (Some(RecordKey::ServiceStatus(name)), Ok(s)) = (
+            RecordKey::parse(&fact.key),
             schema::decode::<ServiceStatus>(&fact),
         ) {
             present.insert(name.to_owned(), s.present);
@@ -176,7 +176,7 @@ pub async fn nodes<S: FactStore + Clone>(
 ) -> Result<Response, ApiError> {
     let mut nodes: BTreeMap<String, (bool, Json)> = BTreeMap::new();
     for fact in api.store.scan(schema::NODE_LEASES).await?.facts {
-        if let Some(name) = fact.key.strip_prefix(schema::NODE_LEASES) {
+        if let Some(RecordKey::NodeLease(name)) = RecordKey::parse(&fact.key) {
             nodes
                 .entry(name.to_owned())
                 .or_insert((false, Json::Null))
@@ -187,7 +187,7 @@ pub async fn nodes<S: FactStore + Clone>(
         if hidden(fact.key.as_str()) {
             continue;
         }
-        if let Some(name) = fact.key.strip_prefix(schema::NODES) {
+        if let Some(RecordKey::Node(name)) = RecordKey::parse(&fact.key) {
             let value = fact_json(&fact).get("value").cloned().unwrap_or(Json::Null);
             nodes
                 .entry(name.to_owned())
