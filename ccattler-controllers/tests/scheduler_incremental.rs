@@ -214,13 +214,13 @@ fn decoded<T: serde::de::DeserializeOwned>(view: &FactView, prefix: &str) -> Vec
 
 fn pure(view: &FactView) -> Plan {
     let services: BTreeMap<String, ServiceSpec> =
-        decoded(view, schema::SERVICES).into_iter().collect();
-    let statuses: Vec<(String, NodeStatus)> = decoded(view, schema::NODES);
+        decoded(view, schema::DESIRED_SERVICES).into_iter().collect();
+    let statuses: Vec<(String, NodeStatus)> = decoded(view, schema::OBSERVED_NODES);
     let alive: BTreeSet<&str> = view
         .scan(schema::NODE_LEASES)
         .map(|f| &f.key.as_str()[schema::NODE_LEASES.len()..])
         .collect();
-    let desired: Vec<(String, DesiredInstance)> = decoded(view, schema::INSTANCES);
+    let desired: Vec<(String, DesiredInstance)> = decoded(view, schema::DESIRED_INSTANCES);
     let mut placed: BTreeMap<String, String> = BTreeMap::new();
     for fact in view.scan(schema::PLACEMENTS) {
         let (node, id) = fact.key.as_str()[schema::PLACEMENTS.len()..]

@@ -32,8 +32,8 @@ impl Controller for EndpointController {
 
     fn watches(&self) -> Vec<String> {
         vec![
-            schema::SERVICES.into(),
-            schema::INSTANCES.into(),
+            schema::DESIRED_SERVICES.into(),
+            schema::DESIRED_INSTANCES.into(),
             schema::PLACEMENTS.into(),
             schema::OBSERVED_INSTANCES.into(),
             schema::NODE_LEASES.into(),
@@ -41,7 +41,7 @@ impl Controller for EndpointController {
     }
 
     fn write_domain(&self) -> Vec<String> {
-        vec![schema::ENDPOINTS.into()]
+        vec![schema::SERVICE_ENDPOINTS.into()]
     }
 
     fn reconcile(

@@ -134,17 +134,17 @@ impl Controller for InstanceController {
 
     fn watches(&self) -> Vec<String> {
         vec![
-            schema::EFFECTIVE.into(),
-            schema::SERVICES.into(),
+            schema::EFFECTIVE_SERVICES.into(),
+            schema::DESIRED_SERVICES.into(),
             schema::PLACEMENTS.into(),
             schema::OBSERVED_INSTANCES.into(),
             schema::NODE_LEASES.into(),
-            schema::REBALANCE.into(),
+            schema::REBALANCE_MOVES.into(),
         ]
     }
 
     fn write_domain(&self) -> Vec<String> {
-        vec![schema::INSTANCES.into()]
+        vec![schema::DESIRED_INSTANCES.into()]
     }
 
     fn reconcile(

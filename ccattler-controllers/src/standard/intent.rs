@@ -34,11 +34,11 @@ impl Controller for IntentResolver {
     }
 
     fn watches(&self) -> Vec<String> {
-        vec![schema::SERVICES.into(), schema::SCALE_INTENTS.into()]
+        vec![schema::DESIRED_SERVICES.into(), schema::AUTOSCALER_INTENTS.into()]
     }
 
     fn write_domain(&self) -> Vec<String> {
-        vec![schema::EFFECTIVE.into()]
+        vec![schema::EFFECTIVE_SERVICES.into()]
     }
 
     fn reconcile(
@@ -48,7 +48,7 @@ impl Controller for IntentResolver {
     ) -> Result<Vec<Change>, ReconcileError> {
         let mut changes = Vec::new();
         let mut services = std::collections::BTreeSet::new();
-        for fact in facts.scan(schema::SERVICES) {
+        for fact in facts.scan(schema::DESIRED_SERVICES) {
             let Ok(spec) = schema::decode::<ServiceSpec>(fact) else {
                 continue;
             };
@@ -61,7 +61,7 @@ impl Controller for IntentResolver {
             changes.push(Change::put(key, schema::encode(&effective)));
             services.insert(spec.name);
         }
-        for fact in facts.scan(schema::EFFECTIVE) {
+        for fact in facts.scan(schema::EFFECTIVE_SERVICES) {
             let name = match RecordKey::parse(&fact.key) {
                 Some(RecordKey::Effective(name)) => name,
                 _ => "",

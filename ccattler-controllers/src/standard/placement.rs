@@ -85,9 +85,9 @@ impl Controller for SchedulerController {
 
     fn watches(&self) -> Vec<String> {
         vec![
-            schema::INSTANCES.into(),
-            schema::SERVICES.into(),
-            schema::NODES.into(),
+            schema::DESIRED_INSTANCES.into(),
+            schema::DESIRED_SERVICES.into(),
+            schema::OBSERVED_NODES.into(),
             schema::NODE_LEASES.into(),
         ]
     }
@@ -96,7 +96,7 @@ impl Controller for SchedulerController {
         vec![
             schema::PLACEMENTS.into(),
             schema::UNSCHEDULABLE.into(),
-            schema::REBALANCE.into(),
+            schema::REBALANCE_MOVES.into(),
         ]
     }
 
@@ -125,7 +125,7 @@ impl Controller for SchedulerController {
                 Some(changed) if !sweep_due => changed,
                 _ => {
                     *spread_swept = Some(now);
-                    let records = facts.scan(schema::REBALANCE);
+                    let records = facts.scan(schema::REBALANCE_MOVES);
                     let named = records.filter_map(|f| match RecordKey::parse(&f.key) {
                         Some(RecordKey::Rebalance(service)) => Some(service),
                         _ => None,

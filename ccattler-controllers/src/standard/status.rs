@@ -35,9 +35,9 @@ impl Controller for StatusController {
 
     fn watches(&self) -> Vec<String> {
         vec![
-            schema::SERVICES.into(),
-            schema::EFFECTIVE.into(),
-            schema::INSTANCES.into(),
+            schema::DESIRED_SERVICES.into(),
+            schema::EFFECTIVE_SERVICES.into(),
+            schema::DESIRED_INSTANCES.into(),
             schema::PLACEMENTS.into(),
             schema::OBSERVED_INSTANCES.into(),
             schema::NODE_LEASES.into(),
@@ -45,7 +45,7 @@ impl Controller for StatusController {
     }
 
     fn write_domain(&self) -> Vec<String> {
-        vec![schema::SERVICE_STATUS.into()]
+        vec![schema::SERVICE_STATUSES.into()]
     }
 
     fn reconcile(

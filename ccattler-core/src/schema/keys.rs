@@ -24,15 +24,15 @@ use super::*;
 
 /// `desired/service/{svc}`.
 pub fn service(name: &str) -> Result<Key, KeyError> {
-    Key::join(SERVICES, [name])
+    Key::join(DESIRED_SERVICES, [name])
 }
 /// `desired/volume/{vol}`.
 pub fn volume(name: &str) -> Result<Key, KeyError> {
-    Key::join(VOLUMES, [name])
+    Key::join(DESIRED_VOLUMES, [name])
 }
 /// `desired/network/policy`.
 pub fn network_policy() -> Key {
-    Key::new(NETWORK_POLICY).expect("a constant, valid key")
+    Key::new(DESIRED_NETWORK_POLICY).expect("a constant, valid key")
 }
 /// `secret/{name}`.
 pub fn secret(name: &str) -> Result<Key, KeyError> {
@@ -40,15 +40,15 @@ pub fn secret(name: &str) -> Result<Key, KeyError> {
 }
 /// `intent/autoscaler/{svc}`.
 pub fn scale_intent(service: &str) -> Result<Key, KeyError> {
-    Key::join(SCALE_INTENTS, [service])
+    Key::join(AUTOSCALER_INTENTS, [service])
 }
 /// `effective/service/{svc}`.
 pub fn effective(service: &str) -> Result<Key, KeyError> {
-    Key::join(EFFECTIVE, [service])
+    Key::join(EFFECTIVE_SERVICES, [service])
 }
 /// `desired/instance/{id}`.
 pub fn instance(id: &str) -> Result<Key, KeyError> {
-    Key::join(INSTANCES, [segment(id)?])
+    Key::join(DESIRED_INSTANCES, [segment(id)?])
 }
 /// `placement/{node}/{id}`.
 pub fn placement(node: &str, id: &str) -> Result<Key, KeyError> {
@@ -60,7 +60,7 @@ pub fn node_lease(node: &str) -> Result<Key, KeyError> {
 }
 /// `observed/node/{node}`.
 pub fn node(node: &str) -> Result<Key, KeyError> {
-    Key::join(NODES, [segment(node)?])
+    Key::join(OBSERVED_NODES, [segment(node)?])
 }
 /// `observed/instance/{node}/{id}`.
 pub fn observed_instance(node: &str, id: &str) -> Result<Key, KeyError> {
@@ -68,11 +68,11 @@ pub fn observed_instance(node: &str, id: &str) -> Result<Key, KeyError> {
 }
 /// `endpoint/service/{svc}`.
 pub fn endpoints(service: &str) -> Result<Key, KeyError> {
-    Key::join(ENDPOINTS, [service])
+    Key::join(SERVICE_ENDPOINTS, [service])
 }
 /// `status/service/{svc}`.
 pub fn service_status(service: &str) -> Result<Key, KeyError> {
-    Key::join(SERVICE_STATUS, [service])
+    Key::join(SERVICE_STATUSES, [service])
 }
 /// `status/unschedulable/{id}`.
 pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
@@ -80,7 +80,7 @@ pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
 }
 /// `status/rebalance/{svc}`.
 pub fn rebalance(service: &str) -> Result<Key, KeyError> {
-    Key::join(REBALANCE, [service])
+    Key::join(REBALANCE_MOVES, [service])
 }
 
 /// Node names and instance ids are single key segments.
@@ -156,38 +156,38 @@ impl<'k> RecordKey<'k> {
             let (a, b) = name(prefix)?.split_once('/')?;
             (!a.is_empty() && !b.is_empty() && !b.contains('/')).then_some((a, b))
         };
-        if key == NETWORK_POLICY {
+        if key == DESIRED_NETWORK_POLICY {
             return Some(RecordKey::NetworkPolicy);
         }
-        let parsed = if let Some(n) = name(SERVICES) {
+        let parsed = if let Some(n) = name(DESIRED_SERVICES) {
             RecordKey::Service(n)
-        } else if let Some(n) = name(VOLUMES) {
+        } else if let Some(n) = name(DESIRED_VOLUMES) {
             RecordKey::Volume(n)
         } else if let Some(n) = name(SECRETS) {
             RecordKey::Secret(n)
-        } else if let Some(n) = name(SCALE_INTENTS) {
+        } else if let Some(n) = name(AUTOSCALER_INTENTS) {
             RecordKey::ScaleIntent(n)
-        } else if let Some(n) = name(EFFECTIVE) {
+        } else if let Some(n) = name(EFFECTIVE_SERVICES) {
             RecordKey::Effective(n)
-        } else if key.starts_with(INSTANCES) {
-            RecordKey::Instance(one(INSTANCES)?)
+        } else if key.starts_with(DESIRED_INSTANCES) {
+            RecordKey::Instance(one(DESIRED_INSTANCES)?)
         } else if key.starts_with(PLACEMENTS) {
             let (node, instance) = two(PLACEMENTS)?;
             RecordKey::Placement { node, instance }
         } else if key.starts_with(NODE_LEASES) {
             RecordKey::NodeLease(one(NODE_LEASES)?)
-        } else if key.starts_with(NODES) {
-            RecordKey::Node(one(NODES)?)
+        } else if key.starts_with(OBSERVED_NODES) {
+            RecordKey::Node(one(OBSERVED_NODES)?)
         } else if key.starts_with(OBSERVED_INSTANCES) {
             let (node, instance) = two(OBSERVED_INSTANCES)?;
             RecordKey::ObservedInstance { node, instance }
-        } else if let Some(n) = name(ENDPOINTS) {
+        } else if let Some(n) = name(SERVICE_ENDPOINTS) {
             RecordKey::Endpoints(n)
-        } else if let Some(n) = name(SERVICE_STATUS) {
+        } else if let Some(n) = name(SERVICE_STATUSES) {
             RecordKey::ServiceStatus(n)
         } else if key.starts_with(UNSCHEDULABLE) {
             RecordKey::Unschedulable(one(UNSCHEDULABLE)?)
-        } else if let Some(n) = name(REBALANCE) {
+        } else if let Some(n) = name(REBALANCE_MOVES) {
             RecordKey::Rebalance(n)
         } else {
             return None;

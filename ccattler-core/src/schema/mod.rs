@@ -62,37 +62,37 @@ use serde::de::DeserializeOwned;
 use crate::{Fact, Key, KeyError, Value};
 
 /// Prefix of [`ServiceSpec`]s.
-pub const SERVICES: &str = "desired/service/";
+pub const DESIRED_SERVICES: &str = "desired/service/";
 /// Prefix of [`VolumeSpec`]s.
-pub const VOLUMES: &str = "desired/volume/";
+pub const DESIRED_VOLUMES: &str = "desired/volume/";
 /// The key of the [`NetworkPolicy`].
-pub const NETWORK_POLICY: &str = "desired/network/policy";
+pub const DESIRED_NETWORK_POLICY: &str = "desired/network/policy";
 /// Prefix of every desired object a user's apply writes.
-pub const APPLIED: [&str; 3] = [SERVICES, VOLUMES, "desired/network/"];
+pub const APPLIED: [&str; 3] = [DESIRED_SERVICES, DESIRED_VOLUMES, "desired/network/"];
 /// Prefix of secret values.
 pub const SECRETS: &str = "secret/";
 /// Prefix of [`ScaleIntent`]s.
-pub const SCALE_INTENTS: &str = "intent/autoscaler/";
+pub const AUTOSCALER_INTENTS: &str = "intent/autoscaler/";
 /// Prefix of [`EffectiveService`]s.
-pub const EFFECTIVE: &str = "effective/service/";
+pub const EFFECTIVE_SERVICES: &str = "effective/service/";
 /// Prefix of [`DesiredInstance`]s.
-pub const INSTANCES: &str = "desired/instance/";
+pub const DESIRED_INSTANCES: &str = "desired/instance/";
 /// Prefix of [`Assignment`]s (`placement/{node}/{id}`).
 pub const PLACEMENTS: &str = "placement/";
 /// Prefix of node liveness keys.
 pub const NODE_LEASES: &str = "lease/node/";
 /// Prefix of [`NodeStatus`]es.
-pub const NODES: &str = "observed/node/";
+pub const OBSERVED_NODES: &str = "observed/node/";
 /// Prefix of [`InstanceObservation`]s (`observed/instance/{node}/{id}`).
 pub const OBSERVED_INSTANCES: &str = "observed/instance/";
 /// Prefix of [`Endpoints`].
-pub const ENDPOINTS: &str = "endpoint/service/";
+pub const SERVICE_ENDPOINTS: &str = "endpoint/service/";
 /// Prefix of [`ServiceStatus`]es.
-pub const SERVICE_STATUS: &str = "status/service/";
+pub const SERVICE_STATUSES: &str = "status/service/";
 /// Prefix of [`Unschedulable`] reasons.
 pub const UNSCHEDULABLE: &str = "status/unschedulable/";
 /// Prefix of [`RebalanceMove`]s.
-pub const REBALANCE: &str = "status/rebalance/";
+pub const REBALANCE_MOVES: &str = "status/rebalance/";
 
 pub mod keys;
 

@@ -50,7 +50,7 @@ impl Principal {
                 "{key}: the credential of node {node} writes only {}{node}, {}{node} and \
                  {}{node}/...",
                 schema::NODE_LEASES,
-                schema::NODES,
+                schema::OBSERVED_NODES,
                 schema::OBSERVED_INSTANCES,
             ),
         })

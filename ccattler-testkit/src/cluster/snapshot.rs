@@ -197,7 +197,7 @@ impl Snapshot {
         for key in cluster.orphan_placements() {
             gaps.push(format!("placement {key} has no instance"));
         }
-        for f in self.view.scan(schema::SERVICE_STATUS) {
+        for f in self.view.scan(schema::SERVICE_STATUSES) {
             let Some(RecordKey::ServiceStatus(name)) = RecordKey::parse(&f.key) else {
                 continue;
             };
@@ -257,7 +257,7 @@ impl Snapshot {
     /// One line per service: its status, and the placement counts per node, for messages.
     pub fn summary(&self) -> String {
         let mut out = format!("at revision {}:", self.revision());
-        for fact in self.view.scan(schema::SERVICE_STATUS) {
+        for fact in self.view.scan(schema::SERVICE_STATUSES) {
             out.push_str(&format!(
                 "\n  {} {}",
                 fact.key,

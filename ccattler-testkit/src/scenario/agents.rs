@@ -127,7 +127,7 @@ impl World {
     fn started(&mut self, node: &str, id: &str, service: &str) -> InstanceObservation {
         let address = self.address(node, id);
         let image = self
-            .get(&format!("{}{service}", schema::SERVICES))
+            .get(&format!("{}{service}", schema::DESIRED_SERVICES))
             .and_then(|f| schema::decode::<ServiceSpec>(f).ok())
             .map(|s| s.image)
             .unwrap_or_default();

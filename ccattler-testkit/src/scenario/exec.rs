@@ -33,7 +33,7 @@ impl Exec {
             Command::Separator => {}
             Command::Node { name, attrs } => {
                 let mut node = world
-                    .get(&format!("{}{name}", schema::NODES))
+                    .get(&format!("{}{name}", schema::OBSERVED_NODES))
                     .and_then(|f| schema::decode::<NodeStatus>(f).ok())
                     .unwrap_or_else(|| new_node(name));
                 for attr in attrs {
@@ -49,7 +49,7 @@ impl Exec {
                     .map_err(|e| e.to_string())?;
             }
             Command::Liveness { name, alive } => {
-                if world.get(&format!("{}{name}", schema::NODES)).is_none() {
+                if world.get(&format!("{}{name}", schema::OBSERVED_NODES)).is_none() {
                     return Err(format!(
                         "no node `{name}`; declare it with `node {name} cpu=...`"
                     ));
@@ -64,7 +64,7 @@ impl Exec {
             }
             Command::Service { name, attrs } => {
                 let mut spec = world
-                    .get(&format!("{}{name}", schema::SERVICES))
+                    .get(&format!("{}{name}", schema::DESIRED_SERVICES))
                     .and_then(|f| schema::decode::<ServiceSpec>(f).ok())
                     .unwrap_or_else(|| new_service(name));
                 for attr in attrs {

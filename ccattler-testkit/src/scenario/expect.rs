@@ -223,7 +223,7 @@ fn instance(world: &World, selector: &Selector, state: &str) -> Result<(), Strin
 
 fn status(world: &World, service: &str, fields: Option<&[(String, String)]>) -> Result<(), String> {
     let found = world
-        .get(&format!("{}{service}", schema::SERVICE_STATUS))
+        .get(&format!("{}{service}", schema::SERVICE_STATUSES))
         .and_then(|f| schema::decode::<ServiceStatus>(f).ok());
     let (Some(fields), Some(status)) = (fields, &found) else {
         return match (fields, found) {
@@ -259,7 +259,7 @@ fn status(world: &World, service: &str, fields: Option<&[(String, String)]>) -> 
 
 fn endpoints(world: &World, service: &str, count: Option<usize>) -> Result<(), String> {
     let found = world
-        .get(&format!("{}{service}", schema::ENDPOINTS))
+        .get(&format!("{}{service}", schema::SERVICE_ENDPOINTS))
         .and_then(|f| schema::decode::<Endpoints>(f).ok());
     match (count, found) {
         (None, None) => Ok(()),

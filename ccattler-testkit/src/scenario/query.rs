@@ -63,7 +63,7 @@ impl World {
 
     /// The effective record of a service.
     pub(crate) fn effective(&self, service: &str) -> Option<EffectiveService> {
-        self.get(&format!("{}{service}", schema::EFFECTIVE))
+        self.get(&format!("{}{service}", schema::EFFECTIVE_SERVICES))
             .and_then(|f| schema::decode(f).ok())
     }
 
@@ -72,13 +72,13 @@ impl World {
     pub(crate) fn rows(&self, service: &str) -> Vec<Row> {
         let placements = self.placements();
         let mut rows: Vec<Row> = self
-            .scan(schema::INSTANCES)
+            .scan(schema::DESIRED_INSTANCES)
             .filter_map(|fact| {
                 let desired = schema::decode::<DesiredInstance>(fact).ok()?;
                 if desired.service != service {
                     return None;
                 }
-                let id = fact.key.strip_prefix(schema::INSTANCES)?.to_owned();
+                let id = fact.key.strip_prefix(schema::DESIRED_INSTANCES)?.to_owned();
                 let node = placements.get(&id).map(|a| a.node.clone());
                 let observed = node.as_ref().and_then(|node| {
                     self.get(&format!("{}{node}/{id}", schema::OBSERVED_INSTANCES))
@@ -102,7 +102,7 @@ impl World {
         let found: Vec<Row> = match selector {
             Selector::Id(id) => {
                 let service = self
-                    .get(&format!("{}{id}", schema::INSTANCES))
+                    .get(&format!("{}{id}", schema::DESIRED_INSTANCES))
                     .and_then(|f| schema::decode::<DesiredInstance>(f).ok())
                     .map(|d| d.service)
                     .ok_or_else(|| format!("no instance `{id}`"))?;

@@ -39,7 +39,7 @@ impl Controller for ServiceDns {
     }
 
     fn watches(&self) -> Vec<String> {
-        vec![schema::ENDPOINTS.to_owned(), DOMAIN.to_owned()]
+        vec![schema::SERVICE_ENDPOINTS.to_owned(), DOMAIN.to_owned()]
     }
 
     fn write_domain(&self) -> Vec<String> {
@@ -53,7 +53,7 @@ impl Controller for ServiceDns {
     ) -> Result<Vec<Change>, ReconcileError> {
         let domain = domain(facts)?;
         let mut wanted: BTreeMap<Key, Value> = BTreeMap::new();
-        for fact in facts.scan(schema::ENDPOINTS) {
+        for fact in facts.scan(schema::SERVICE_ENDPOINTS) {
             let Some(RecordKey::Endpoints(service)) = RecordKey::parse(&fact.key) else {
                 continue;
             };

@@ -54,9 +54,9 @@ impl ClusterStatus {
     ///
     /// The store's error when a scan fails. Facts that do not decode are skipped.
     pub async fn read<S: FactStore>(store: &S) -> Result<Self, StoreError> {
-        let specs = store.scan(schema::SERVICES).await?.facts;
-        let effective = decoded::<S, EffectiveService>(store, schema::EFFECTIVE).await?;
-        let status = decoded::<S, ServiceStatus>(store, schema::SERVICE_STATUS).await?;
+        let specs = store.scan(schema::DESIRED_SERVICES).await?.facts;
+        let effective = decoded::<S, EffectiveService>(store, schema::EFFECTIVE_SERVICES).await?;
+        let status = decoded::<S, ServiceStatus>(store, schema::SERVICE_STATUSES).await?;
         let mut placed: BTreeMap<String, u32> = BTreeMap::new();
         for fact in store.scan(schema::PLACEMENTS).await?.facts {
             if let Ok(a) = schema::decode::<Assignment>(&fact)

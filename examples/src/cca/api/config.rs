@@ -137,7 +137,7 @@ pub async fn status<S: FactStore + Clone>(
 ) -> Result<Response, ApiError> {
     let status = ClusterStatus::read(&api.store).await?;
     let mut present = BTreeMap::new();
-    for fact in api.store.scan(schema::SERVICE_STATUS).await?.facts {
+    for fact in api.store.scan(schema::SERVICE_STATUSES).await?.facts {
         if let (Some(RecordKey::ServiceStatus(name)), Ok(s)) = (
             RecordKey::parse(&fact.key),
             schema::decode::<ServiceStatus>(&fact),
@@ -183,7 +183,7 @@ pub async fn nodes<S: FactStore + Clone>(
                 .0 = true;
         }
     }
-    for fact in api.store.scan(schema::NODES).await?.facts {
+    for fact in api.store.scan(schema::OBSERVED_NODES).await?.facts {
         if hidden(fact.key.as_str()) {
             continue;
         }
