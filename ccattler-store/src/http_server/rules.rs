@@ -123,7 +123,7 @@ pub(crate) async fn check_readable<S: FactStore>(
             "{key}: keys under {AUTH_PREFIX} are never readable"
         )));
     }
-    let Some(secret) = key.as_str().strip_prefix(schema::SECRETS) else {
+    let Some(schema::RecordKey::Secret(secret)) = schema::RecordKey::parse(key) else {
         return Ok(());
     };
     let Principal::Node(node) = principal else {

@@ -26,7 +26,8 @@
 //! agent reports nothing, and its observations stay as they were.
 
 use ccattler_core::schema::{
-    self, DesiredInstance, DesiredState, Health, InstanceObservation, ObservedState, ServiceSpec,
+    self, DesiredInstance, DesiredState, Health, InstanceObservation, ObservedState, RecordKey,
+    ServiceSpec,
 };
 use ccattler_core::{Change, Fact};
 
@@ -41,7 +42,7 @@ impl World {
     pub fn agents_pass(&mut self) -> Result<Vec<Applied>, WorldError> {
         let nodes: Vec<String> = self
             .scan(schema::NODE_LEASES)
-            .filter_map(|f| f.key.strip_prefix(schema::NODE_LEASES).map(String::from))
+            .filter_map(|f| RecordKey::parse(&f.key)?.node().map(String::from))
             .collect();
         let mut applied = Vec::new();
         for node in nodes {
@@ -59,8 +60,8 @@ impl World {
     fn agent_changes(&mut self, node: &str) -> Result<Vec<Change>, WorldError> {
         let key_error = |e: ccattler_core::KeyError| WorldError(e.to_string());
         let placed: Vec<String> = self
-            .scan(&format!("{}{node}/", schema::PLACEMENTS))
-            .filter_map(|f| f.key.as_str().rsplit('/').next().map(String::from))
+            .scan(&schema::keys::node_placements(node).map_err(key_error)?)
+            .filter_map(|f| RecordKey::parse(&f.key)?.instance().map(String::from))
             .collect();
         let Some(registration) = self
             .get(schema::keys::node_lease(node).map_err(key_error)?.as_str())
@@ -102,8 +103,11 @@ impl World {
                 changes.push(Change::put(key, schema::encode(&report)));
             }
         }
-        for fact in self.scan(&format!("{}{node}/", schema::OBSERVED_INSTANCES)) {
-            let id = fact.key.as_str().rsplit('/').next().unwrap_or_default();
+        let own = schema::keys::node_observations(node).map_err(key_error)?;
+        for fact in self.scan(&own) {
+            let id = RecordKey::parse(&fact.key)
+                .and_then(|r| r.instance())
+                .unwrap_or_default();
             if !placed.iter().any(|p| p == id) {
                 changes.push(Change::delete(fact.key.clone()));
             }
@@ -127,7 +131,7 @@ impl World {
     fn started(&mut self, node: &str, id: &str, service: &str) -> InstanceObservation {
         let address = self.address(node, id);
         let image = self
-            .get(&format!("{}{service}", schema::DESIRED_SERVICES))
+            .record(RecordKey::Service(service))
             .and_then(|f| schema::decode::<ServiceSpec>(f).ok())
             .map(|s| s.image)
             .unwrap_or_default();

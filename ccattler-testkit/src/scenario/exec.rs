@@ -1,7 +1,8 @@
 //! Executing parsed commands on a [`World`].
 
 use ccattler_core::schema::{
-    self, Health, InstanceObservation, NodeStatus, ObservedState, ScaleIntent, ServiceSpec,
+    self, Health, InstanceObservation, NodeStatus, ObservedState, RecordKey, ScaleIntent,
+    ServiceSpec,
 };
 use ccattler_core::{Change, Key, Value};
 
@@ -33,7 +34,7 @@ impl Exec {
             Command::Separator => {}
             Command::Node { name, attrs } => {
                 let mut node = world
-                    .get(&format!("{}{name}", schema::OBSERVED_NODES))
+                    .record(RecordKey::Node(name))
                     .and_then(|f| schema::decode::<NodeStatus>(f).ok())
                     .unwrap_or_else(|| new_node(name));
                 for attr in attrs {
@@ -49,7 +50,7 @@ impl Exec {
                     .map_err(|e| e.to_string())?;
             }
             Command::Liveness { name, alive } => {
-                if world.get(&format!("{}{name}", schema::OBSERVED_NODES)).is_none() {
+                if world.record(RecordKey::Node(name)).is_none() {
                     return Err(format!(
                         "no node `{name}`; declare it with `node {name} cpu=...`"
                     ));
@@ -64,7 +65,7 @@ impl Exec {
             }
             Command::Service { name, attrs } => {
                 let mut spec = world
-                    .get(&format!("{}{name}", schema::DESIRED_SERVICES))
+                    .record(RecordKey::Service(name))
                     .and_then(|f| schema::decode::<ServiceSpec>(f).ok())
                     .unwrap_or_else(|| new_service(name));
                 for attr in attrs {

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use ccattler_core::plan::value_text;
-use ccattler_core::schema::{self, DesiredState, Endpoints, ServiceStatus, Unschedulable};
+use ccattler_core::schema::{
+    self, DesiredState, Endpoints, RecordKey, ServiceStatus, Unschedulable,
+};
 
 use super::command::Expectation;
 use super::query::{Selector, describe};
@@ -102,7 +104,7 @@ fn unsatisfied(
         .scan(schema::UNSCHEDULABLE)
         .filter_map(|f| {
             let u = schema::decode::<Unschedulable>(f).ok()?;
-            let id = f.key.strip_prefix(schema::UNSCHEDULABLE)?.to_owned();
+            let id = RecordKey::parse(&f.key)?.instance()?.to_owned();
             (u.service == service).then_some((id, u.reason))
         })
         .collect();
@@ -223,7 +225,7 @@ fn instance(world: &World, selector: &Selector, state: &str) -> Result<(), Strin
 
 fn status(world: &World, service: &str, fields: Option<&[(String, String)]>) -> Result<(), String> {
     let found = world
-        .get(&format!("{}{service}", schema::SERVICE_STATUSES))
+        .record(RecordKey::ServiceStatus(service))
         .and_then(|f| schema::decode::<ServiceStatus>(f).ok());
     let (Some(fields), Some(status)) = (fields, &found) else {
         return match (fields, found) {
@@ -259,7 +261,7 @@ fn status(world: &World, service: &str, fields: Option<&[(String, String)]>) -> 
 
 fn endpoints(world: &World, service: &str, count: Option<usize>) -> Result<(), String> {
     let found = world
-        .get(&format!("{}{service}", schema::SERVICE_ENDPOINTS))
+        .record(RecordKey::Endpoints(service))
         .and_then(|f| schema::decode::<Endpoints>(f).ok());
     match (count, found) {
         (None, None) => Ok(()),

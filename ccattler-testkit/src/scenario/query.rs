@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use ccattler_core::Revision;
 use ccattler_core::schema::{
     self, Assignment, DesiredInstance, EffectiveService, InstanceObservation, ObservedState,
+    RecordKey,
 };
 
 use super::agents::decode_observation;
@@ -57,13 +58,12 @@ impl World {
 
     /// Whether a node holds its lease.
     pub(crate) fn alive(&self, node: &str) -> bool {
-        self.get(&format!("{}{node}", schema::NODE_LEASES))
-            .is_some()
+        self.record(RecordKey::NodeLease(node)).is_some()
     }
 
     /// The effective record of a service.
     pub(crate) fn effective(&self, service: &str) -> Option<EffectiveService> {
-        self.get(&format!("{}{service}", schema::EFFECTIVE_SERVICES))
+        self.record(RecordKey::Effective(service))
             .and_then(|f| schema::decode(f).ok())
     }
 
@@ -78,11 +78,14 @@ impl World {
                 if desired.service != service {
                     return None;
                 }
-                let id = fact.key.strip_prefix(schema::DESIRED_INSTANCES)?.to_owned();
+                let id = RecordKey::parse(&fact.key)?.instance()?.to_owned();
                 let node = placements.get(&id).map(|a| a.node.clone());
                 let observed = node.as_ref().and_then(|node| {
-                    self.get(&format!("{}{node}/{id}", schema::OBSERVED_INSTANCES))
-                        .and_then(decode_observation)
+                    self.record(RecordKey::ObservedInstance {
+                        node,
+                        instance: &id,
+                    })
+                    .and_then(decode_observation)
                 });
                 Some(Row {
                     id,
@@ -102,7 +105,7 @@ impl World {
         let found: Vec<Row> = match selector {
             Selector::Id(id) => {
                 let service = self
-                    .get(&format!("{}{id}", schema::DESIRED_INSTANCES))
+                    .record(RecordKey::Instance(id))
                     .and_then(|f| schema::decode::<DesiredInstance>(f).ok())
                     .map(|d| d.service)
                     .ok_or_else(|| format!("no instance `{id}`"))?;

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use ccattler_controllers::standard;
 use ccattler_core::runner::check_changes;
+use ccattler_core::schema::RecordKey;
 use ccattler_core::{Change, Controller, Fact, FactView, Revision, SequentialIds};
 
 use crate::harness::reconcile::reconcile;
@@ -133,6 +134,11 @@ impl World {
     /// The current revision.
     pub fn revision(&self) -> Revision {
         self.revision
+    }
+
+    /// The fact of a standard record (`None` also when its ids do not make a valid key).
+    pub fn record(&self, record: RecordKey<'_>) -> Option<&Fact> {
+        self.get(record.key().ok()?.as_str())
     }
 
     /// The fact at `key`.
