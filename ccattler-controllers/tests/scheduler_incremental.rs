@@ -213,8 +213,9 @@ fn decoded<T: serde::de::DeserializeOwned>(view: &FactView, prefix: &str) -> Vec
 }
 
 fn pure(view: &FactView) -> Plan {
-    let services: BTreeMap<String, ServiceSpec> =
-        decoded(view, schema::DESIRED_SERVICES).into_iter().collect();
+    let services: BTreeMap<String, ServiceSpec> = decoded(view, schema::DESIRED_SERVICES)
+        .into_iter()
+        .collect();
     let statuses: Vec<(String, NodeStatus)> = decoded(view, schema::OBSERVED_NODES);
     let alive: BTreeSet<&str> = view
         .scan(schema::NODE_LEASES)

@@ -35,7 +35,7 @@ pub(crate) struct Result {
 
 impl Result {
     /// Instances placed on `node` by this call.
-    pub fn on(&self, node: &str) -> usize {
+    pub(super) fn on(&self, node: &str) -> usize {
         self.placements.values().filter(|n| *n == node).count()
     }
 }
@@ -49,7 +49,7 @@ pub(crate) fn res(cpu: &str, memory: &str) -> Resources {
 
 impl Fixture {
     /// Adds an alive `amd64` node without labels, taints or zone.
-    pub fn node(mut self, name: &str, cpu: &str, memory: &str) -> Self {
+    pub(super) fn node(mut self, name: &str, cpu: &str, memory: &str) -> Self {
         let status = NodeStatus {
             name: name.into(),
             cpu: cpu.parse().expect("cpu"),
@@ -62,7 +62,7 @@ impl Fixture {
     }
 
     /// Edits the last node added.
-    pub fn with(mut self, edit: impl FnOnce(&mut NodeStatus)) -> Self {
+    pub(super) fn with(mut self, edit: impl FnOnce(&mut NodeStatus)) -> Self {
         if let Some((status, _)) = self.nodes.last_mut() {
             edit(status);
         }
@@ -70,7 +70,7 @@ impl Fixture {
     }
 
     /// Marks node `name` alive or dead.
-    pub fn alive(mut self, name: &str, alive: bool) -> Self {
+    pub(super) fn alive(mut self, name: &str, alive: bool) -> Self {
         for (status, a) in &mut self.nodes {
             if status.name == name {
                 *a = alive;
@@ -80,7 +80,7 @@ impl Fixture {
     }
 
     /// Adds `n` existing instances `{service}-e{i}` on `node`.
-    pub fn existing(mut self, service: &str, node: &str, n: usize, need: Resources) -> Self {
+    pub(super) fn existing(mut self, service: &str, node: &str, n: usize, need: Resources) -> Self {
         let start = self.existing.len();
         for i in start..start + n {
             self.existing.push(Inst {
@@ -95,7 +95,13 @@ impl Fixture {
     }
 
     /// Adds `n` requests `{service}-{i}` (numbered after the requests already there).
-    pub fn request(mut self, service: &str, n: usize, need: Resources, p: &Placement) -> Self {
+    pub(super) fn request(
+        mut self,
+        service: &str,
+        n: usize,
+        need: Resources,
+        p: &Placement,
+    ) -> Self {
         let start = self.requests.len();
         for i in start..start + n {
             self.requests.push(Inst {
@@ -110,7 +116,7 @@ impl Fixture {
     }
 
     /// The requests as the scheduler takes them.
-    pub fn borrowed_requests(&self) -> Vec<Request<'_>> {
+    pub(super) fn borrowed_requests(&self) -> Vec<Request<'_>> {
         self.requests
             .iter()
             .map(|i| Request {
@@ -123,7 +129,7 @@ impl Fixture {
     }
 
     /// Runs the scheduler and hands the borrowed schedule to `check`.
-    pub fn with_schedule<T>(&self, check: impl FnOnce(&Schedule<'_>) -> T) -> T {
+    pub(super) fn with_schedule<T>(&self, check: impl FnOnce(&Schedule<'_>) -> T) -> T {
         let nodes: Vec<Node<'_>> = self
             .nodes
             .iter()
@@ -151,7 +157,7 @@ impl Fixture {
     }
 
     /// Runs the scheduler.
-    pub fn run(&self) -> Result {
+    pub(super) fn run(&self) -> Result {
         self.with_schedule(|s| Result {
             placements: s
                 .placements

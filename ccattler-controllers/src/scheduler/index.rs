@@ -116,7 +116,7 @@ pub(crate) struct Usage {
 
 impl Usage {
     /// Whether `need` fits in what is left.
-    pub fn fits(&self, need: Resources) -> bool {
+    pub(crate) fn fits(&self, need: Resources) -> bool {
         self.cpu
             .checked_add(need.cpu.millis())
             .is_some_and(|c| c <= self.cpu_cap)
@@ -126,13 +126,13 @@ impl Usage {
                 .is_some_and(|m| m <= self.mem_cap)
     }
     /// Utilisation once `need` is added (call only when it fits).
-    pub fn util_after(&self, need: Resources) -> Frac {
+    pub(crate) fn util_after(&self, need: Resources) -> Frac {
         let cpu = Frac::of(self.cpu + need.cpu.millis(), self.cpu_cap);
         let mem = Frac::of(self.mem + need.memory.bytes(), self.mem_cap);
         cpu.max(mem)
     }
     /// Reserves `need` (call only when it fits).
-    pub fn add(&mut self, need: Resources) {
+    pub(crate) fn add(&mut self, need: Resources) {
         self.cpu += need.cpu.millis();
         self.mem += need.memory.bytes();
     }
@@ -204,7 +204,7 @@ pub(crate) struct Index<'a> {
 
 impl<'a> Index<'a> {
     /// Node tables, with nothing reserved yet.
-    pub fn new(input: &ScheduleInput<'a>) -> Self {
+    pub(super) fn new(input: &ScheduleInput<'a>) -> Self {
         let nodes = input.nodes;
         let mut by_name = FastMap::default();
         let mut zone_ids: FastMap<Option<&str>, u32> = FastMap::default();
@@ -235,7 +235,7 @@ impl<'a> Index<'a> {
 
     /// Reserves what an existing instance holds on node `n` (saturating: existing instances may
     /// overcommit a node that shrank).
-    pub fn reserve(&mut self, n: u32, need: Resources) {
+    pub(super) fn reserve(&mut self, n: u32, need: Resources) {
         let u = &mut self.usage[n as usize];
         u.cpu = u.cpu.saturating_add(need.cpu.millis());
         u.mem = u.mem.saturating_add(need.memory.bytes());
@@ -243,7 +243,7 @@ impl<'a> Index<'a> {
 
     /// The nodes passing every usage-independent filter of `placement`, in input order; computed
     /// once per distinct signature per call.
-    pub fn eligible(&mut self, placement: &'a Placement) -> Rc<[u32]> {
+    pub(super) fn eligible(&mut self, placement: &'a Placement) -> Rc<[u32]> {
         let nodes = self.nodes;
         let list = self
             .eligible
@@ -259,7 +259,7 @@ impl<'a> Index<'a> {
 
     /// Matched `prefer` labels per node, computed once per distinct `prefer` per call; `None`
     /// when there is nothing to prefer.
-    pub fn preferred(&mut self, placement: &'a Placement) -> Option<Rc<[u32]>> {
+    pub(super) fn preferred(&mut self, placement: &'a Placement) -> Option<Rc<[u32]>> {
         if placement.prefer.is_empty() {
             return None;
         }
@@ -274,7 +274,13 @@ impl<'a> Index<'a> {
     }
 
     /// The rank of node `n` for a request needing `need`, given the service's `count` there.
-    pub fn rank(&self, n: u32, count: u32, prefer: Option<&[u32]>, need: Resources) -> Rank<'a> {
+    pub(super) fn rank(
+        &self,
+        n: u32,
+        count: u32,
+        prefer: Option<&[u32]>,
+        need: Resources,
+    ) -> Rank<'a> {
         let i = n as usize;
         Rank {
             count,

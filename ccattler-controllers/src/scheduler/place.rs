@@ -42,7 +42,7 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    pub fn new(nodes: usize, zones: usize) -> Self {
+    pub(super) fn new(nodes: usize, zones: usize) -> Self {
         Counts {
             node: vec![0; nodes],
             zone: vec![0; zones],
@@ -50,18 +50,18 @@ impl Counts {
         }
     }
     /// One more instance of the service on node `n` in zone `z`.
-    pub fn add(&mut self, n: u32, z: u32) {
+    pub(super) fn add(&mut self, n: u32, z: u32) {
         self.node[n as usize] += 1;
         self.zone[z as usize] += 1;
         self.touched.push(n);
     }
     /// One fewer instance on node `n` in zone `z` (it was counted before).
-    pub fn remove(&mut self, n: u32, z: u32) {
+    pub(super) fn remove(&mut self, n: u32, z: u32) {
         self.node[n as usize] -= 1;
         self.zone[z as usize] -= 1;
     }
     /// Back to all zeros.
-    pub fn clear(&mut self, zone_of: &[u32]) {
+    pub(super) fn clear(&mut self, zone_of: &[u32]) {
         for n in self.touched.drain(..) {
             self.node[n as usize] = 0;
             self.zone[zone_of[n as usize] as usize] = 0;

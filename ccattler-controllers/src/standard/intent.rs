@@ -34,7 +34,10 @@ impl Controller for IntentResolver {
     }
 
     fn watches(&self) -> Vec<String> {
-        vec![schema::DESIRED_SERVICES.into(), schema::AUTOSCALER_INTENTS.into()]
+        vec![
+            schema::DESIRED_SERVICES.into(),
+            schema::AUTOSCALER_INTENTS.into(),
+        ]
     }
 
     fn write_domain(&self) -> Vec<String> {

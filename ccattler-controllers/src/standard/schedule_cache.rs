@@ -54,7 +54,7 @@ impl ScheduleCache {
     /// Runs `pass` on the state of `view` and the instances whose placement may no longer
     /// mirror their desired record (every instance after a fresh read; otherwise those whose
     /// records changed since the previous pass, and those that did not mirror it then).
-    pub fn run<R, E>(
+    pub(super) fn run<R, E>(
         &self,
         view: &FactView,
         pass: impl FnOnce(&mut ScheduleState, BTreeSet<String>) -> Result<R, E>,

@@ -34,7 +34,7 @@ pub(crate) struct Task<S> {
 
 impl<S: FactStore> Task<S> {
     /// Runs the loop until cancelled, a fatal error, or lost leadership.
-    pub async fn run(mut self) -> Exit {
+    pub(super) async fn run(mut self) -> Exit {
         let name = self.controller.name().to_owned();
         let mut machine = ControllerLoop::new(
             self.controller.watches(),

@@ -37,7 +37,7 @@ pub(super) struct Track {
 
 impl Track {
     /// Records a failed start and schedules the next attempt after the retry schedule.
-    pub fn fail(&mut self, now: Duration, reason: String, delays: &[Duration]) {
+    pub(super) fn fail(&mut self, now: Duration, reason: String, delays: &[Duration]) {
         self.attempts += 1;
         self.failure = Some(reason);
         self.retry_at = Some(now.saturating_add(Backoff::nth(delays, self.attempts)));
@@ -45,7 +45,7 @@ impl Track {
 
     /// The instance started (or was adopted running) at `now`: failures are forgotten and its
     /// probes start over.
-    pub fn started_now(&mut self, now: Duration, spec: Option<&ServiceSpec>) {
+    pub(super) fn started_now(&mut self, now: Duration, spec: Option<&ServiceSpec>) {
         self.attempts = 0;
         self.failure = None;
         self.retry_at = None;
@@ -62,7 +62,7 @@ impl Track {
     }
 
     /// The probe of one kind, if the spec has it.
-    pub fn probe(&self, kind: ProbeKind) -> Option<&ProbeState> {
+    pub(super) fn probe(&self, kind: ProbeKind) -> Option<&ProbeState> {
         self.probes[kind as usize].as_ref()
     }
 }

@@ -11,7 +11,7 @@ use super::cache::Desired;
 /// (files 0600 at their mount path, or environment variables named after the secret in upper
 /// case with `-` and `.` turned into `_`), volumes (directories under `volumes_dir`), ports and
 /// limits.
-pub fn instance_spec(
+pub(super) fn instance_spec(
     id: &str,
     spec: &ServiceSpec,
     desired: &Desired,
@@ -73,7 +73,7 @@ pub fn instance_spec(
 
 /// The spec of the `step`-th init step of instance `id`: a short-lived instance of the same
 /// image running the step's command in a shell.
-pub fn init_spec(
+pub(super) fn init_spec(
     id: &str,
     step: usize,
     spec: &ServiceSpec,
@@ -92,12 +92,12 @@ pub fn init_spec(
 }
 
 /// The id of an init step's instance.
-pub fn init_id(id: &str, step: usize) -> String {
+pub(super) fn init_id(id: &str, step: usize) -> String {
     format!("{id}.init{step}")
 }
 
 /// Whether an instance that ended in `state` is started again under `policy`.
-pub fn restarts(policy: RestartPolicy, state: &InstanceState) -> bool {
+pub(super) fn restarts(policy: RestartPolicy, state: &InstanceState) -> bool {
     match policy {
         RestartPolicy::Always => true,
         RestartPolicy::OnFailure => !matches!(state, InstanceState::Exited { code: 0 }),

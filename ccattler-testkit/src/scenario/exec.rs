@@ -20,7 +20,7 @@ pub(crate) struct Exec {
 
 impl Exec {
     /// Executes commands on `world`.
-    pub fn new(world: World) -> Self {
+    pub(super) fn new(world: World) -> Self {
         Exec {
             world,
             snapshots: Vec::new(),
@@ -28,7 +28,12 @@ impl Exec {
     }
 
     /// Executes one command; `line` and `source` label snapshots.
-    pub fn execute(&mut self, command: &Command, line: usize, source: &str) -> Result<(), String> {
+    pub(super) fn execute(
+        &mut self,
+        command: &Command,
+        line: usize,
+        source: &str,
+    ) -> Result<(), String> {
         let world = &mut self.world;
         match command {
             Command::Separator => {}

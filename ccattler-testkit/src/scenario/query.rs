@@ -42,7 +42,7 @@ pub(crate) struct Row {
 
 impl Row {
     /// The observed state, `None` when nothing was reported.
-    pub fn state(&self) -> Option<ObservedState> {
+    pub(crate) fn state(&self) -> Option<ObservedState> {
         self.observed.as_ref().map(|o| o.state)
     }
 }

@@ -16,10 +16,10 @@ use ccattler_store::MemoryStore;
 use hyper::{Method, StatusCode};
 use serde_json::Value;
 
-pub const DOC: &str = "service web {\n    image nginx:1.28\n    instances 2\n}\n\
+pub(crate) const DOC: &str = "service web {\n    image nginx:1.28\n    instances 2\n}\n\
                    service api {\n    image api:1\n}\n";
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub store: MemoryStore,
     pub server: ServerHandle,
     pub admin: ApiClient,
@@ -27,7 +27,7 @@ pub struct Harness {
 }
 
 impl Harness {
-    pub async fn start() -> Harness {
+    pub(crate) async fn start() -> Harness {
         let store = MemoryStore::new();
         let mut runner = TokioRunner::new(store.clone());
         for controller in standard::all() {
@@ -58,21 +58,21 @@ impl Harness {
         }
     }
 
-    pub fn as_token(&self, token: Option<&str>) -> ApiClient {
+    pub(crate) fn as_token(&self, token: Option<&str>) -> ApiClient {
         client(&self.server.url(), token)
     }
 
-    pub async fn revision(&self) -> u64 {
+    pub(crate) async fn revision(&self) -> u64 {
         self.store.revision().await.expect("revision").get()
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop_runner.send(());
         self.server.shutdown().await;
     }
 }
 
-pub fn client(url: &str, token: Option<&str>) -> ApiClient {
+pub(crate) fn client(url: &str, token: Option<&str>) -> ApiClient {
     ApiClient::new(&ClientArgs {
         server: url.to_owned(),
         token: token.map(str::to_owned),
@@ -80,7 +80,7 @@ pub fn client(url: &str, token: Option<&str>) -> ApiClient {
 }
 
 /// Sends and returns status and JSON body (every answer of the API is JSON).
-pub async fn call(
+pub(crate) async fn call(
     client: &ApiClient,
     method: &str,
     path: &str,
@@ -104,7 +104,7 @@ pub async fn call(
     }
 }
 
-pub fn keys(answer: &Value) -> Vec<String> {
+pub(crate) fn keys(answer: &Value) -> Vec<String> {
     answer["facts"]
         .as_array()
         .expect("facts")

@@ -15,12 +15,12 @@ use ccattler_examples::cca::client::ApiClient;
 use hyper::Method;
 
 /// The `cca` binary under test.
-pub fn cca() -> Command {
+pub(crate) fn cca() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cca"))
 }
 
 /// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -30,7 +30,7 @@ pub fn free_port() -> u16 {
 /// `cca server`'s flags for the shared test etcd, under a prefix of `test`'s own; `None`
 /// (after failing under CI, or saying the test skipped) without that etcd.
 #[cfg(feature = "etcd")]
-pub fn etcd_store_flags(test: &str) -> Option<Vec<String>> {
+pub(crate) fn etcd_store_flags(test: &str) -> Option<Vec<String>> {
     use ccattler_store::etcd::server::{shared_endpoints, skip_or_fail};
     let Some(endpoints) = shared_endpoints() else {
         skip_or_fail(test, "no shared test etcd");
@@ -49,7 +49,7 @@ pub fn etcd_store_flags(test: &str) -> Option<Vec<String>> {
 }
 
 /// A name no other run of the tests uses: `{what}-{pid}-{nanos}`.
-pub fn unique(what: &str) -> String {
+pub(crate) fn unique(what: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -58,7 +58,7 @@ pub fn unique(what: &str) -> String {
 
 /// Child processes killed (SIGKILL) when dropped.
 #[derive(Default)]
-pub struct Children(pub Vec<Child>);
+pub(crate) struct Children(pub Vec<Child>);
 
 impl Drop for Children {
     fn drop(&mut self) {
@@ -72,7 +72,7 @@ impl Drop for Children {
 /// Starts `cca server` listening on `listen` (such as `127.0.0.1:0`) with `store_args` (such
 /// as `--store memory`), its admin token written to `{dir}/admin-token` and its log to
 /// `{dir}/server-{n}.log`; waits for its "listening on URL" line and returns it with the URL.
-pub fn start_server(
+pub(crate) fn start_server(
     dir: &Path,
     listen: &str,
     store_args: &[impl AsRef<OsStr>],
@@ -107,12 +107,12 @@ pub fn start_server(
 }
 
 /// The admin token `start_server` wrote into `dir`.
-pub fn admin_token(dir: &Path) -> String {
+pub(crate) fn admin_token(dir: &Path) -> String {
     read_log(dir, "admin-token").trim().to_owned()
 }
 
 /// A fresh one-time enrollment token, from `cca token create`.
-pub fn enrollment_token(url: &str, admin: &str) -> String {
+pub(crate) fn enrollment_token(url: &str, admin: &str) -> String {
     let out = cca()
         .args(["token", "create", "--server", url, "--token", admin])
         .output()
@@ -123,7 +123,13 @@ pub fn enrollment_token(url: &str, admin: &str) -> String {
 
 /// Starts `cca agent` for `node`, enrolled with `enroll`, its state in `{dir}/{node}` and its
 /// log in `{dir}/agent-{node}.log`; `extra` adds flags (runtime, capacity, lease TTL...).
-pub fn start_agent(dir: &Path, url: &str, node: &str, enroll: &str, extra: &[&str]) -> Child {
+pub(crate) fn start_agent(
+    dir: &Path,
+    url: &str,
+    node: &str,
+    enroll: &str,
+    extra: &[&str],
+) -> Child {
     let log = std::fs::File::create(dir.join(format!("agent-{node}.log"))).expect("log");
     cca()
         .args(["agent", "--server", url, "--node", node, "--enroll", enroll])
@@ -138,7 +144,7 @@ pub fn start_agent(dir: &Path, url: &str, node: &str, enroll: &str, extra: &[&st
 }
 
 /// `cca apply` of `doc` (written to `{dir}/app.cca`) against `url`; panics when it fails.
-pub fn apply(dir: &Path, url: &str, admin: &str, doc: &str, extra: &[&str]) {
+pub(crate) fn apply(dir: &Path, url: &str, admin: &str, doc: &str, extra: &[&str]) {
     let path = dir.join("app.cca");
     std::fs::write(&path, doc).expect("write the file");
     let applied = cca()
@@ -151,7 +157,7 @@ pub fn apply(dir: &Path, url: &str, admin: &str, doc: &str, extra: &[&str]) {
 }
 
 /// Stops a child the way Ctrl-C or a service manager does (SIGTERM) and waits for it.
-pub fn terminate(child: &mut Child) {
+pub(crate) fn terminate(child: &mut Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -159,7 +165,7 @@ pub fn terminate(child: &mut Child) {
 }
 
 /// Running instances by node, from the API: `{node: {instance id: create revision}}`.
-pub async fn running(client: &ApiClient) -> BTreeMap<String, BTreeMap<String, u64>> {
+pub(crate) async fn running(client: &ApiClient) -> BTreeMap<String, BTreeMap<String, u64>> {
     let mut by_node: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     let Ok(Ok(answer)) = client
         .json(Method::GET, "/state?prefix=observed/instance/", "")
@@ -180,7 +186,7 @@ pub async fn running(client: &ApiClient) -> BTreeMap<String, BTreeMap<String, u6
 }
 
 /// Polls `probe` every 100 ms until it returns something; panics after `timeout`.
-pub async fn wait_for<T>(
+pub(crate) async fn wait_for<T>(
     what: &str,
     timeout: Duration,
     mut probe: impl AsyncFnMut() -> Option<T>,
@@ -196,6 +202,6 @@ pub async fn wait_for<T>(
 }
 
 /// The content of `{dir}/{name}`, or nothing.
-pub fn read_log(dir: &Path, name: &str) -> String {
+pub(crate) fn read_log(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_default()
 }

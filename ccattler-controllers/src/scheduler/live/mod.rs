@@ -179,7 +179,7 @@ pub(crate) struct LiveIndex {
 impl LiveIndex {
     /// Sets what is known of node `name`: its status (`None`: it is not a node, or no longer),
     /// whether it is alive, and the cpu and memory reserved on it.
-    pub fn set_node(
+    pub(crate) fn set_node(
         &mut self,
         name: &str,
         status: Option<&NodeStatus>,
@@ -214,7 +214,7 @@ impl LiveIndex {
 
     /// Sets where instance `id` is placed: `(service, node)`, or `None` when it is not (or no
     /// longer) placed. Returns where it was before.
-    pub fn set_instance(
+    pub(crate) fn set_instance(
         &mut self,
         id: &str,
         now: Option<(&str, &str)>,
@@ -242,7 +242,7 @@ impl LiveIndex {
     }
 
     /// The nodes holding at least one instance of `service`, in no particular order.
-    pub fn nodes_of(&self, service: &str) -> Vec<String> {
+    pub(crate) fn nodes_of(&self, service: &str) -> Vec<String> {
         self.counts
             .get(service)
             .map(|c| c.keys().cloned().collect())

@@ -56,7 +56,7 @@ impl LiveIndex {
     /// Places `requests` as [`schedule`](crate::scheduler::schedule) would with these nodes,
     /// instances and [`Rebalance::Off`](crate::scheduler::Rebalance::Off). Leaves the index as
     /// it was.
-    pub fn place<'a>(&mut self, requests: &[Request<'a>]) -> Placed<'a> {
+    pub(crate) fn place<'a>(&mut self, requests: &[Request<'a>]) -> Placed<'a> {
         for request in requests {
             self.learn(request.placement);
         }
