@@ -141,7 +141,9 @@ pub enum ProbeCheck {
 pub struct Probe {
     /// What to check.
     pub check: ProbeCheck,
-    /// The port to probe; default: the first exposed port.
+    /// The port to probe, on the instance's host address (workloads run in their host's
+    /// network); default: the port the instance serves at (its first exposed port). Exec probes
+    /// ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
     /// Time between checks. Default 10 s.

@@ -261,8 +261,45 @@ fn probe(seen: &ObservedInstance, kind: ProbeKind, state: &ProbeState) -> (Actio
             id: seen.id.clone(),
             kind,
             probe: Box::new(state.probe().clone()),
-            address: seen.address.clone(),
+            address: probe_address(seen.address.as_deref(), state.probe().port),
         },
         RuntimeOp::Probe(seen.id.clone(), kind),
     )
+}
+
+/// Where a network probe connects: the instance's address, or, when the probe names a port,
+/// that port on the same host (runtimes run workloads in their host's network, so every port
+/// an instance listens on is reachable at its host's address; 127.0.0.1 when it reports none).
+fn probe_address(served: Option<&str>, port: Option<u16>) -> Option<String> {
+    match port {
+        None => served.map(str::to_owned),
+        Some(port) => {
+            let host = served
+                .and_then(|address| address.rsplit_once(':'))
+                .map_or("127.0.0.1", |(host, _)| host);
+            Some(format!("{host}:{port}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_address;
+
+    #[test]
+    fn a_probe_port_replaces_the_served_port_on_the_same_host() {
+        assert_eq!(
+            probe_address(Some("10.0.0.5:8080"), None).as_deref(),
+            Some("10.0.0.5:8080")
+        );
+        assert_eq!(
+            probe_address(Some("10.0.0.5:8080"), Some(9090)).as_deref(),
+            Some("10.0.0.5:9090")
+        );
+        assert_eq!(
+            probe_address(None, Some(9090)).as_deref(),
+            Some("127.0.0.1:9090")
+        );
+        assert_eq!(probe_address(None, None), None);
+    }
 }
