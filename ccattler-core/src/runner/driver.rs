@@ -105,7 +105,12 @@ impl<S: FactStore> Task<S> {
                         machine.reconciled(result);
                     }
                     Action::Commit { mut txn } => {
-                        let changes = txn.then.len() as u64;
+                        // The commit marker is the runner's own write, not a change.
+                        let changes = txn
+                            .then
+                            .iter()
+                            .filter(|op| !op.key().has_prefix(super::COMMIT_MARKERS))
+                            .count() as u64;
                         txn.compares.extend(self.fences.iter().cloned());
                         let result = self.store.txn(txn).await;
                         match &result {

@@ -18,6 +18,22 @@
 //! Leader election follows the same pattern: [`ElectionLoop`] is the protocol (campaign, renew,
 //! watch the leader key, step down), `LeaseElection` its tokio driver, and the testkit's
 //! simulated replicas step the same machine.
+//!
+//! # Metrics
+//!
+//! With the `tokio` feature the runner records these through the `metrics` facade; an
+//! application installs whatever exporter it likes (a Prometheus one serves them as below).
+//! Names follow Prometheus conventions: `_total` for counters, base units in the name.
+//!
+//! | name | type | labels | what it counts |
+//! |---|---|---|---|
+//! | `ccattler_reconciles_total` | counter | `controller` | reconciles run, failed or not |
+//! | `ccattler_reconcile_duration_seconds` | histogram | `controller` | time one reconcile took |
+//! | `ccattler_changes_committed_total` | counter | `controller` | changes in commits that landed (the commit marker not counted) |
+//! | `ccattler_commit_conflicts_total` | counter | `controller` | commits refused because a guarded key moved (then retried) |
+//! | `ccattler_controller_failures_total` | counter | `controller` | failures that restart the loop: errors, panics, rejected plans, store errors |
+//! | `ccattler_queue_depth` | gauge | `controller` | watch events that arrived since the last reconcile began, set as each begins |
+//! | `ccattler_leader` | gauge | none | 1 while this replica leads and runs its controllers, 0 otherwise |
 
 mod backoff;
 mod election;
