@@ -75,8 +75,9 @@ fn a_bad_deploy_never_takes_the_old_ready_instances_down() {
 /// Measured by hand: two 4-cpu nodes, 5 instances of 1 cpu (3/2); n2's agent and instances
 /// killed; n1 runs 4 and 1 is unplaced; when n2 came back empty, n1 dropped to 3 at once while
 /// n2 still ran nothing. Now nothing that serves stops before the returning node reports.
-/// (Here the returning agent reports before the controllers act, so this run passes with the
-/// old rule too; scenario 017 is the one that fails without the fix, on the order that hurt.)
+/// The order that hurt is forced: n2's messages are held back for seconds as it returns, so
+/// the controllers see it registered long before it reports (scenario 017 steps the same
+/// order by hand).
 #[test]
 fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
     let crash = Fault {
@@ -85,6 +86,13 @@ fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
         target: 1, // n2
         length: sec(15),
         wipe: true,
+    };
+    let slow_return = Fault {
+        at: sec(35),
+        kind: FaultKind::NetworkDelay,
+        target: 6, // n2: actors are the 5 standard controllers, then n1 and n2
+        length: sec(8),
+        wipe: false,
     };
     let mut sim = Simulation::builder(desired(&web("example/web:1", 5, "")))
         .seed(3)
@@ -101,7 +109,7 @@ fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
         .lease_ttl(sec(3))
         .start_delay(sec(5)) // slow starts (image pulls) are what made the dip last
         .schedule(Schedule {
-            faults: vec![crash],
+            faults: vec![crash, slow_return],
         })
         .build();
     sim.run_until(sec(19));
