@@ -240,8 +240,8 @@ impl Cluster {
     }
 
     /// Services whose records changed since [`take_touched`](Self::take_touched) was last
-    /// called: their spec, effective record, instances, or their instances' placement,
-    /// observation or node liveness.
+    /// called: their spec, effective record, rebalance record, status or endpoints, instances,
+    /// or their instances' placement, observation or node liveness.
     pub fn take_touched(&mut self) -> std::collections::BTreeSet<String> {
         std::mem::take(&mut self.touched)
     }
@@ -259,6 +259,12 @@ impl Cluster {
         let Some(record) = RecordKey::parse(key) else {
             return;
         };
+        // A service's own outputs are records of it too: a write to one that its controller
+        // did not make (a late commit of an earlier loop) must make it plan the service again.
+        if let RecordKey::ServiceStatus(name) | RecordKey::Endpoints(name) = record {
+            self.touched.insert(name.to_owned());
+            return;
+        }
         if let RecordKey::Service(name) = record {
             let spec = self.decode::<ServiceSpec>(key, fact);
             match spec {

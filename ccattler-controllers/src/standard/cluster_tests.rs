@@ -409,3 +409,29 @@ fn most_nodes_look_dead_only_when_fewer_than_half_hold_their_lease() {
     // No node known at all: nothing looks dead.
     assert!(!read(&FactView::new()).most_nodes_dead());
 }
+
+#[test]
+fn a_write_to_a_services_status_or_endpoints_touches_it() {
+    // Found by the simulation (seed 125, three replicas): a late commit of a restarted status
+    // loop overwrote the status with a stale count, and the new loop never planned the service
+    // again, since nothing it read had changed.
+    let mut view = world();
+    let cache = crate::standard::PlanCache::new();
+    let _ = cache.begin(&view);
+    cache.finish(Default::default());
+    view.insert(fact(
+        keys::service_status("web").unwrap(),
+        b"{\"desired\":9}".to_vec().into(),
+        20,
+    ));
+    let (_, to_plan) = cache.begin(&view);
+    assert!(to_plan.contains("web"), "{to_plan:?}");
+    cache.finish(Default::default());
+    view.insert(fact(
+        keys::endpoints("api").unwrap(),
+        b"{\"addresses\":[]}".to_vec().into(),
+        21,
+    ));
+    let (_, to_plan) = cache.begin(&view);
+    assert!(to_plan.contains("api"), "{to_plan:?}");
+}
