@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use ccattler_core::{FactStore, Key};
 use ccattler_examples::cca::client::ApiClient;
-use ccattler_examples::cca::sse::{EventReader, SseEvent};
+use ccattler_store::http::sse::{EventReader, SseEvent};
 use common::{DOC, Harness, call, keys};
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};

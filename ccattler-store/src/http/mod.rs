@@ -37,7 +37,7 @@
 //! # }
 //! ```
 
-mod sse;
+pub mod sse;
 mod transport;
 
 use std::time::Duration;

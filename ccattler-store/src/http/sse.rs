@@ -1,4 +1,5 @@
-//! A reader of server-sent events from a streaming HTTP body: the `/store/watch` stream.
+//! A reader of server-sent events from a streaming HTTP body: the `/store/watch` stream, and
+//! any other event stream a client of a CCattler server follows.
 
 use ccattler_core::StoreError;
 use http_body_util::BodyExt;
@@ -6,23 +7,25 @@ use hyper::body::Incoming;
 
 /// One server-sent event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The `event:` field (`message` when absent).
-    pub(crate) event: String,
+    pub event: String,
+    /// The `id:` field; empty when absent.
+    pub id: String,
     /// The `data:` lines, joined by newlines.
-    pub(crate) data: String,
+    pub data: String,
 }
 
 /// Splits a body into events as its bytes arrive.
 #[derive(Debug)]
-pub(crate) struct EventReader {
+pub struct EventReader {
     body: Incoming,
     buffer: Vec<u8>,
 }
 
 impl EventReader {
     /// Reads events from `body`.
-    pub(crate) fn new(body: Incoming) -> Self {
+    pub fn new(body: Incoming) -> Self {
         EventReader {
             body,
             buffer: Vec::new(),
@@ -34,7 +37,7 @@ impl EventReader {
     /// # Errors
     ///
     /// [`StoreError::Unavailable`] when the connection fails.
-    pub(crate) async fn next(&mut self) -> Result<Option<SseEvent>, StoreError> {
+    pub async fn next(&mut self) -> Result<Option<SseEvent>, StoreError> {
         loop {
             if let Some((text_end, block_end)) = find_blank_line(&self.buffer) {
                 let block: Vec<u8> = self.buffer.drain(..block_end).collect();
@@ -47,7 +50,7 @@ impl EventReader {
                 None => return Ok(None),
                 Some(Err(err)) => {
                     return Err(StoreError::unavailable(format!(
-                        "the watch stream failed: {err}"
+                        "the event stream failed: {err}"
                     )));
                 }
                 Some(Ok(frame)) => {
@@ -77,7 +80,7 @@ fn find_blank_line(buffer: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// Parses one block; `None` for a block of comments only.
-fn parse_block(block: &str) -> Option<SseEvent> {
+pub fn parse_block(block: &str) -> Option<SseEvent> {
     let mut event = SseEvent::default();
     let mut data: Vec<&str> = Vec::new();
     let mut any = false;
@@ -90,6 +93,7 @@ fn parse_block(block: &str) -> Option<SseEvent> {
         any = true;
         match field {
             "event" => event.event = value.to_owned(),
+            "id" => event.id = value.to_owned(),
             "data" => data.push(value),
             _ => {}
         }
@@ -112,6 +116,7 @@ mod tests {
     fn blocks_parse_into_events() {
         let event = parse_block("event: change\nid: 7\ndata: {\"a\":1}").expect("event");
         assert_eq!(event.event, "change");
+        assert_eq!(event.id, "7");
         assert_eq!(event.data, "{\"a\":1}");
         assert_eq!(parse_block(":keep-alive"), None);
         assert_eq!(find_blank_line(b"data: x\n\nrest"), Some((7, 9)));

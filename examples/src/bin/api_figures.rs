@@ -17,8 +17,8 @@ use ccattler_core::{FactStore, Key};
 use ccattler_examples::cca::api::auth::{self, Role};
 use ccattler_examples::cca::api::{ApiConfig, ServerHandle};
 use ccattler_examples::cca::client::{ApiClient, ClientArgs};
-use ccattler_examples::cca::sse::EventReader;
 use ccattler_store::MemoryStore;
+use ccattler_store::http::sse::EventReader;
 use hyper::Method;
 
 const FACTS: usize = 10_000;

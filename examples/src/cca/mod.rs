@@ -9,7 +9,7 @@
 //! | `cca completions SHELL` | [`completions`] | shell completions |
 //! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store |
 //! | `cca agent` | [`agent`] | one node's agent over the API's store protocol (`ccattler_store::http::HttpStore`) |
-//! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], [`sse`]) |
+//! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], and the store crate's event-stream reader) |
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
 //! status from the store's facts; [`flags`] parses the values `dev` and `agent` share;
@@ -38,7 +38,6 @@ pub mod progress;
 pub mod remote;
 pub mod server;
 pub mod shape;
-pub mod sse;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -4,6 +4,7 @@
 //! answer for a person, or as JSON with `--json` where offered. An error answer is printed with
 //! the server's message (and, for `apply`, every diagnostic) and exits 1.
 
+use ccattler_store::http::sse::EventReader;
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -253,8 +254,12 @@ pub fn watch(args: &WatchArgs) -> Result<ExitCode, CliError> {
         if !response.status().is_success() {
             return Err(CliError::Api(format!("{}", response.status())));
         }
-        let mut events = super::sse::EventReader::new(response.into_body());
-        while let Some(event) = events.next().await? {
+        let mut events = EventReader::new(response.into_body());
+        while let Some(event) = events
+            .next()
+            .await
+            .map_err(|err| CliError::Api(err.to_string()))?
+        {
             let data: Json = serde_json::from_str(&event.data).unwrap_or(Json::Null);
             match event.event.as_str() {
                 "error" => {
