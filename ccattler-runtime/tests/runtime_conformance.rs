@@ -5,55 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ccattler_core::InstanceSpec;
 use ccattler_runtime::process::ProcessRuntime;
-use ccattler_runtime::simulator::SimulatorRuntime;
-use ccattler_testkit::runtime_conformance::{RuntimeHarness, run_runtime_conformance};
+use ccattler_testkit::runtime_conformance::{
+    RuntimeHarness, SimulatorHarness, run_runtime_conformance,
+};
 use parking_lot::Mutex;
-
-/// The simulator, with its vocabulary for each kind of instance.
-struct SimHarness;
-
-impl RuntimeHarness for SimHarness {
-    type Runtime = SimulatorRuntime;
-
-    async fn fresh(&self) -> SimulatorRuntime {
-        let sim = SimulatorRuntime::new();
-        sim.faults().missing_command("no-such-command");
-        sim
-    }
-
-    async fn reopen(&self, runtime: &SimulatorRuntime) -> Option<SimulatorRuntime> {
-        Some(runtime.clone())
-    }
-
-    fn takes_real_time(&self) -> bool {
-        false
-    }
-
-    fn long_running(&self, id: &str) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["sleep", "1000"])
-    }
-
-    fn exiting(&self, id: &str, code: i32) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["exit".to_owned(), code.to_string()])
-    }
-
-    fn printing(&self, id: &str, lines: &[&str]) -> InstanceSpec {
-        let argv = std::iter::once("print").chain(lines.iter().copied());
-        InstanceSpec::new(id, "sim").command(argv)
-    }
-
-    fn ignoring_term(&self, id: &str) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["print", "ready"])
-    }
-
-    fn missing_command(&self, id: &str) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["no-such-command"])
-    }
-
-    fn exec_command(&self, stdout: &str, code: i32) -> Vec<String> {
-        vec!["exit".to_owned(), code.to_string(), stdout.to_owned()]
-    }
-}
 
 /// Real processes under a temporary directory; kills whatever is left when dropped (also when a
 /// check panics).
@@ -140,7 +95,7 @@ impl RuntimeHarness for ProcessHarness {
 
 #[tokio::test]
 async fn simulator_conforms() {
-    run_runtime_conformance(&SimHarness).await;
+    run_runtime_conformance(&SimulatorHarness::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::simulator::SimulatorRuntime;
 use ccattler_store::{MemoryConfig, MemoryStore};
 use ccattler_testkit::conformance::{StoreHarness, run_store_conformance};
-use ccattler_testkit::runtime_conformance::{RuntimeHarness, run_runtime_conformance};
+use ccattler_testkit::runtime_conformance::{SimulatorHarness, run_runtime_conformance};
 
 /// A new MemoryStore per check, handed out as `Arc<dyn DynFactStore>`; the harness keeps the
 /// concrete store to reap its leases when time passes.
@@ -49,56 +49,10 @@ async fn dyn_memory_store_conforms() {
     run_store_conformance(&DynMemoryHarness::default()).await;
 }
 
-/// The simulator behind `Arc<dyn DynRuntime>`, with the vocabulary of
-/// `ccattler-runtime/tests/runtime_conformance.rs`.
-struct DynSimHarness;
-
-impl RuntimeHarness for DynSimHarness {
-    type Runtime = Arc<dyn DynRuntime>;
-
-    async fn fresh(&self) -> Arc<dyn DynRuntime> {
-        let sim = SimulatorRuntime::new();
-        sim.faults().missing_command("no-such-command");
-        Arc::new(sim)
-    }
-
-    async fn reopen(&self, runtime: &Arc<dyn DynRuntime>) -> Option<Arc<dyn DynRuntime>> {
-        Some(Arc::clone(runtime))
-    }
-
-    fn takes_real_time(&self) -> bool {
-        false
-    }
-
-    fn long_running(&self, id: &str) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["sleep", "1000"])
-    }
-
-    fn exiting(&self, id: &str, code: i32) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["exit".to_owned(), code.to_string()])
-    }
-
-    fn printing(&self, id: &str, lines: &[&str]) -> InstanceSpec {
-        let argv = std::iter::once("print").chain(lines.iter().copied());
-        InstanceSpec::new(id, "sim").command(argv)
-    }
-
-    fn ignoring_term(&self, id: &str) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["print", "ready"])
-    }
-
-    fn missing_command(&self, id: &str) -> InstanceSpec {
-        InstanceSpec::new(id, "sim").command(["no-such-command"])
-    }
-
-    fn exec_command(&self, stdout: &str, code: i32) -> Vec<String> {
-        vec!["exit".to_owned(), code.to_string(), stdout.to_owned()]
-    }
-}
-
 #[tokio::test]
 async fn dyn_simulator_conforms() {
-    run_runtime_conformance(&DynSimHarness).await;
+    let harness = SimulatorHarness::wrapping(|sim| Arc::new(sim) as Arc<dyn DynRuntime>);
+    run_runtime_conformance(&harness).await;
 }
 
 #[test]

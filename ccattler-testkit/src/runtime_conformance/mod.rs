@@ -40,8 +40,11 @@ use ccattler_core::{InstanceSpec, Runtime};
 
 pub mod inspect;
 pub mod lifecycle;
+mod simulator;
 pub mod stop;
 pub mod support;
+
+pub use simulator::SimulatorHarness;
 
 /// How the suite gets runtimes and specs; implemented by each runtime's test.
 pub trait RuntimeHarness: Send + Sync {
