@@ -8,8 +8,7 @@ use ccattler_core::schema::{self, Assignment, DesiredState, RecordKey, Unschedul
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cluster::Cluster;
-use super::schedule_cache::{SPREAD_SWEEP, ScheduleCache, ScheduleState};
-use super::spread;
+use super::schedule_cache::{ScheduleCache, ScheduleState};
 use crate::scheduler::{LiveIndex, Placed, Request};
 
 /// Writes `placement/{node}/{id}` for every running instance without one,
@@ -110,42 +109,12 @@ impl Controller for SchedulerController {
                 cluster,
                 index,
                 pending,
-                spread_changed,
-                spread_swept,
-                spread_pending,
+                spread,
                 ..
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
             plan(cluster, index, facts, &mut changes)?;
-            let now = ctx.now();
-            let sweep_due = spread_swept
-                .and_then(|at| now.duration_since(at).ok())
-                .is_none_or(|since| since >= SPREAD_SWEEP);
-            let services = match spread_changed.take() {
-                Some(changed) if !sweep_due => changed,
-                _ => {
-                    *spread_swept = Some(now);
-                    let records = facts.scan(schema::REBALANCE_MOVES);
-                    let named = records.filter_map(|f| match RecordKey::parse(&f.key) {
-                        Some(RecordKey::Rebalance(service)) => Some(service),
-                        _ => None,
-                    });
-                    let specs = cluster.services.keys().map(String::as_str);
-                    specs.chain(named).map(str::to_owned).collect()
-                }
-            };
-            let before = changes.len();
-            let names = services.iter().map(String::as_str);
-            spread::suggest(cluster, index, facts, names, &mut changes)?;
-            spread_pending.extend(
-                changes[before..]
-                    .iter()
-                    .filter_map(|c| match RecordKey::parse(c.key()) {
-                        Some(RecordKey::Rebalance(service)) => Some(service),
-                        _ => None,
-                    })
-                    .map(str::to_owned),
-            );
+            spread.suggest(cluster, index, facts, ctx.now(), &mut changes)?;
             Ok(changes)
         })
     }

@@ -9,12 +9,8 @@ use ccattler_core::schema::{RecordKey, Resources};
 use ccattler_core::{FactView, Key};
 
 use super::cluster::Cluster;
+use super::spread::SpreadState;
 use crate::scheduler::LiveIndex;
-
-/// How often, at most, the scheduler judges the spread of every service even though only
-/// reservations changed (reconcile time): a freed node may now take an instance of a service
-/// none of whose own facts changed.
-pub(crate) const SPREAD_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the scheduler controller keeps between passes, all derived from the last view.
 #[derive(Debug)]
@@ -26,16 +22,8 @@ pub(crate) struct ScheduleState {
     pub index: LiveIndex,
     /// Instances whose placement did not mirror their desired record in the last pass.
     pub pending: BTreeSet<String>,
-    /// The services whose rebalancing suggestion may have changed since the last pass, or
-    /// `None` for every service: after a fresh read, and whenever a node's status or liveness
-    /// changed. (A reservation freed or taken by one service may change where one more
-    /// instance of another would go; [`SPREAD_SWEEP`] bounds how late that is noticed.)
-    pub spread_changed: Option<BTreeSet<String>>,
-    /// When (reconcile time) every service was last judged.
-    pub spread_swept: Option<std::time::SystemTime>,
-    /// Services whose suggestion the last pass rewrote: judged again, should the write not
-    /// have been committed.
-    pub spread_pending: BTreeSet<String>,
+    /// Which services' rebalancing suggestions to judge next.
+    pub spread: SpreadState,
 }
 
 /// Keeps a [`ScheduleState`] in step with the snapshots the scheduler controller is handed.
@@ -68,10 +56,6 @@ impl ScheduleCache {
             None => read(view),
         };
         check.extend(std::mem::take(&mut state.pending));
-        let rewritten = std::mem::take(&mut state.spread_pending);
-        if let Some(changed) = state.spread_changed.as_mut() {
-            changed.extend(rewritten);
-        }
         let out = pass(&mut state, check)?;
         *self.last.lock() = Some(state);
         Ok(out)
@@ -102,9 +86,7 @@ fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
         cluster,
         index,
         pending: BTreeSet::new(),
-        spread_changed: None,
-        spread_swept: None,
-        spread_pending: BTreeSet::new(),
+        spread: SpreadState::default(),
     };
     (state, check)
 }
@@ -160,7 +142,7 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
             reserved(cluster, name),
         );
     }
-    state.spread_changed = (!node_changed).then_some(spread);
+    state.spread.changed((!node_changed).then_some(spread));
     state.view = view.clone();
     ids
 }

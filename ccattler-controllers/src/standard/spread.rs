@@ -20,9 +20,10 @@
 //! node failure: the instance controller acts only on settled services anyway); a service with
 //! no spec loses it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
 
-use ccattler_core::schema::{self, RebalanceMove};
+use ccattler_core::schema::{self, RebalanceMove, RecordKey};
 use ccattler_core::{Change, FactView, ReconcileError};
 
 use super::cluster::Cluster;
@@ -32,30 +33,77 @@ use crate::scheduler::{LiveIndex, Request};
 /// (those are single key segments without NUL).
 const PROBE: &str = "\0next";
 
-/// Writes or deletes `status/rebalance/{svc}` for each of `services`, as the module docs say.
-pub(super) fn suggest<'s>(
-    cluster: &Cluster,
-    index: &mut LiveIndex,
-    facts: &FactView,
-    services: impl IntoIterator<Item = &'s str>,
-    changes: &mut Vec<Change>,
-) -> Result<(), ReconcileError> {
-    for service in services {
-        let key = schema::keys::rebalance(service)?;
-        let held = facts.get(key.as_str());
-        let wanted = match settled_move(cluster, index, service) {
-            Settled::Move(m) => Some(schema::encode(&m)),
-            Settled::Balanced => None,
-            Settled::No => continue,
-        };
-        match (held, wanted) {
-            (Some(fact), Some(value)) if fact.value == value => {}
-            (_, Some(value)) => changes.push(Change::put(key, value)),
-            (Some(_), None) => changes.push(Change::delete(key)),
-            (None, None) => {}
-        }
+/// How often, at most, every service is judged although only reservations changed (reconcile
+/// time): a node one service freed may now take an instance of another, none of whose own
+/// facts changed.
+const SWEEP: Duration = Duration::from_secs(5);
+
+/// Which services to judge next: those whose own facts changed, or every one.
+#[derive(Debug, Default)]
+pub(super) struct SpreadState {
+    /// Services whose suggestion may have changed, or `None` for every service (a fresh read,
+    /// a node's status or liveness changed).
+    changed: Option<BTreeSet<String>>,
+    /// When (reconcile time) every service was last judged.
+    swept: Option<SystemTime>,
+    /// Services whose record the last pass rewrote: judged again, should that write not have
+    /// been committed.
+    rewritten: BTreeSet<String>,
+}
+
+impl SpreadState {
+    /// What changed since the last pass: these services, or (`None`) possibly every one.
+    pub(super) fn changed(&mut self, changed: Option<BTreeSet<String>>) {
+        self.changed = changed;
     }
-    Ok(())
+
+    /// Writes or deletes `status/rebalance/{svc}` for the services due at `now`, as the module
+    /// docs say.
+    pub(super) fn suggest(
+        &mut self,
+        cluster: &Cluster,
+        index: &mut LiveIndex,
+        facts: &FactView,
+        now: SystemTime,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ReconcileError> {
+        let sweep_due = self
+            .swept
+            .and_then(|at| now.duration_since(at).ok())
+            .is_none_or(|since| since >= SWEEP);
+        let mut services = match self.changed.take() {
+            Some(changed) if !sweep_due => changed,
+            _ => {
+                self.swept = Some(now);
+                // Every record too, not only those that decode: a bad one is rewritten.
+                let records = facts.scan(schema::REBALANCE_MOVES);
+                let named = records.filter_map(|f| match RecordKey::parse(&f.key) {
+                    Some(RecordKey::Rebalance(service)) => Some(service.to_owned()),
+                    _ => None,
+                });
+                cluster.services.keys().cloned().chain(named).collect()
+            }
+        };
+        services.append(&mut self.rewritten);
+        for service in services {
+            let key = schema::keys::rebalance(&service)?;
+            let held = facts.get(key.as_str());
+            let wanted = match settled_move(cluster, index, &service) {
+                Settled::Move(m) => Some(schema::encode(&m)),
+                Settled::Balanced => None,
+                Settled::No => continue,
+            };
+            let change = match (held, wanted) {
+                (Some(fact), Some(value)) if fact.value == value => continue,
+                (_, Some(value)) => Change::put(key, value),
+                (Some(_), None) => Change::delete(key),
+                (None, None) => continue,
+            };
+            changes.push(change);
+            self.rewritten.insert(service);
+        }
+        Ok(())
+    }
 }
 
 enum Settled {
