@@ -155,6 +155,15 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
         "--lease-ttl",
         "4s",
     ];
+    // Every change from the start, for the messages of failed checks.
+    let history = std::fs::File::create(dir.join("history.log")).expect("log");
+    children.0.push(
+        processes::cca()
+            .args(["watch", "--after", "0", "--server", &url, "--token", &admin])
+            .stdout(history)
+            .spawn()
+            .expect("watch"),
+    );
     let token = enrollment_token(&url, &admin);
     children
         .0
@@ -175,7 +184,9 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
     assert_eq!(
         states.keys().collect::<Vec<_>>(),
         ids.keys().collect::<Vec<_>>(),
-        "containerd runs what the API reports"
+        "containerd runs what the API reports ({states:?}); the agent said: {}\nthe history of the store:\n{}",
+        read_log(&dir, "agent-n1.log"),
+        read_log(&dir, "history.log")
     );
     assert!(
         states.values().all(|s| *s == InstanceState::Running),
@@ -186,7 +197,7 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
 
     // Stop the agent (as Ctrl-C does): its containers keep running. Restarted with its saved
     // credential, it adopts them: same instances, same tasks.
-    terminate(&mut children.0[1]);
+    terminate(&mut children.0[2]);
     assert_eq!(
         task_pids(&socket),
         pids,
@@ -203,10 +214,10 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
         .stderr(log)
         .spawn()
         .expect("cca agent restarts");
-    children.0[1] = restarted;
+    children.0[2] = restarted;
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert!(
-        matches!(children.0[1].try_wait(), Ok(None)),
+        matches!(children.0[2].try_wait(), Ok(None)),
         "the restarted agent stopped; it said: {}",
         read_log(&dir, "agent-n1-restarted.log")
     );

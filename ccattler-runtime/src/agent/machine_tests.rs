@@ -573,3 +573,52 @@ fn a_start_that_fails_is_reported_and_retried_on_the_backoff_schedule() {
     step.advance(Duration::from_secs(3));
     assert!(running(&step, "g"), "recovered once the image exists");
 }
+
+#[test]
+fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() {
+    let mut step = Step::new();
+    let mut reports = step
+        .store
+        .watch(schema::OBSERVED_INSTANCES, ccattler_core::Revision::ZERO)
+        .now_or_never()
+        .expect("ready")
+        .expect("watch");
+    step.place("w", &service("web", &[]), DesiredState::Running);
+    // The spec's fetch is held back while the loop passes and reports (its store and runtime
+    // lanes run concurrently in the driver).
+    let mut held = None;
+    for _ in 0..100 {
+        step.clock.advance(Duration::from_millis(10));
+        step.machine.tick(step.clock.now_duration());
+        step.drain_watch();
+        match step.machine.next_action() {
+            Some(action @ Action::FetchSpec { .. }) => held = Some(action),
+            Some(action) => step.perform(action),
+            None => {}
+        }
+    }
+    step.perform(held.expect("the spec was asked for"));
+    step.advance(Duration::from_millis(300));
+    assert!(running(&step, "w"));
+    let mut states = Vec::new();
+    while let Some(Some(Ok(event))) = reports.next().now_or_never() {
+        let seen: InstanceObservation = schema::decode(&event.fact).expect("an observation");
+        states.push((seen.state, seen.reason));
+    }
+    // A failed report would make the instance controller replace an instance that is fine.
+    assert!(
+        states
+            .iter()
+            .all(|(state, _)| *state != ObservedState::Failed),
+        "{states:?}"
+    );
+    assert!(
+        states
+            .iter()
+            .any(|(state, reason)| *state == ObservedState::Pending
+                && reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("waiting for the spec"))),
+        "the first report says what it waits for: {states:?}"
+    );
+}

@@ -25,8 +25,11 @@ pub(super) struct Track {
     pub attempts: u32,
     /// No new start attempt before this.
     pub retry_at: Option<Duration>,
-    /// Why the last start failed.
+    /// Why the last start failed (reported `failed`).
     pub failure: Option<String>,
+    /// Why it cannot start yet, when that is only a matter of time (reported `pending`): the
+    /// agent has not fetched its spec yet, for example.
+    pub waiting: Option<String>,
     /// Probes, by [`ProbeKind`] as index: startup, liveness, readiness.
     pub probes: [Option<ProbeState>; 3],
     /// When the running instance (or the running init step) was last seen starting.
@@ -83,6 +86,7 @@ impl AgentLoop {
                 continue;
             }
             let track = self.tracks.entry(id.to_owned()).or_default();
+            track.waiting = None;
             let Some(spec) = self
                 .desired
                 .specs
@@ -90,17 +94,18 @@ impl AgentLoop {
                 .and_then(|versions| versions.get(&assignment.version))
             else {
                 let key = (assignment.service.clone(), assignment.version.clone());
-                track.failure = Some(if self.unavailable.contains(&key) {
-                    format!(
+                if self.unavailable.contains(&key) {
+                    track.failure = Some(format!(
                         "version {} of service {} is no longer in the store",
                         assignment.version, assignment.service
-                    )
+                    ));
                 } else {
-                    format!(
-                        "the spec of service {} (version {}) is not known yet",
+                    // Not fetched yet: pending, not failed (a failed instance is replaced).
+                    track.waiting = Some(format!(
+                        "waiting for the spec of service {} (version {})",
                         assignment.service, assignment.version
-                    )
-                });
+                    ));
+                }
                 continue;
             };
             if seen.is_some_and(|o| o.state == InstanceState::Running) && track.started.is_none() {

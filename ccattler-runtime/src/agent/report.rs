@@ -102,7 +102,7 @@ impl AgentLoop {
             Some(_) => report.state = ObservedState::Pending,
         }
         if report.reason.is_none() {
-            report.reason = track.and_then(|t| t.failure.clone());
+            report.reason = track.and_then(|t| t.failure.clone().or_else(|| t.waiting.clone()));
         }
         if report.state == ObservedState::Running {
             let probe = |kind| track.and_then(|t| t.probe(kind));
