@@ -1,5 +1,8 @@
-//! The HTTP/1.1 transport of [`HttpStore`](super::HttpStore): hyper's pooled client, a bearer
-//! token, and error answers turned back into [`StoreError`]s.
+//! The HTTP/1.1 transport of [`HttpStore`](super::HttpStore): hyper's pooled client (one pool
+//! for every endpoint), a bearer token, and each failed attempt classified as a [`Fault`] for
+//! the failover policy; error answers are turned back into [`StoreError`]s.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use ccattler_core::StoreError;
@@ -11,45 +14,49 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value as Json;
 
+use super::failover::Fault;
 use crate::wire::WireError;
 
-/// A client of one server.
+/// A failed attempt: the error the caller would see, and how it failed.
+pub(crate) type Failed = (StoreError, Fault);
+
+/// A client of the store protocol's servers.
 #[derive(Clone, Debug)]
 pub(crate) struct Transport {
-    base: String,
     token: String,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
 impl Transport {
-    /// A client of `base` (such as `http://127.0.0.1:7420`; a trailing `/` is ignored).
-    pub(crate) fn new(base: &str, token: String) -> Self {
+    /// A client sending `token`, giving up on a connection after `connect_timeout`.
+    pub(crate) fn new(token: String, connect_timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
         Transport {
-            base: base.trim_end_matches('/').to_owned(),
             token,
-            http: Client::builder(TokioExecutor::new()).build_http(),
+            http: Client::builder(TokioExecutor::new()).build(connector),
         }
     }
 
-    /// The base URL.
-    pub(crate) fn base(&self) -> &str {
-        &self.base
-    }
-
-    /// Sends a request; the answer's body is unread.
+    /// Sends a request to the server at `base` (such as `http://127.0.0.1:7420`); the
+    /// answer's body is unread.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the URL is malformed or the server cannot be reached.
+    /// [`StoreError::Unavailable`] when the URL is malformed ([`Fault::Final`]), the server
+    /// cannot be reached ([`Fault::Unreached`]) or the connection fails once the request is
+    /// sent ([`Fault::Interrupted`]).
     pub(crate) async fn send(
         &self,
+        base: &str,
         method: Method,
         path_and_query: &str,
         body: Bytes,
-    ) -> Result<Response<Incoming>, StoreError> {
+    ) -> Result<Response<Incoming>, Failed> {
         let request = Request::builder()
             .method(method)
-            .uri(format!("{}{path_and_query}", self.base))
+            .uri(format!("{base}{path_and_query}"))
             .header(
                 hyper::header::AUTHORIZATION,
                 format!("Bearer {}", self.token),
@@ -57,39 +64,61 @@ impl Transport {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
             .map_err(|err| {
-                StoreError::unavailable(format!(
-                    "cannot build a request to {:?}: {err}; give a base URL such as \
-                     http://127.0.0.1:7420",
-                    self.base
-                ))
+                let err = StoreError::unavailable(format!(
+                    "cannot build a request to {base:?}: {err}; give a base URL such as \
+                     http://127.0.0.1:7420"
+                ));
+                (err, Fault::Final)
             })?;
-        self.http
-            .request(request)
-            .await
-            .map_err(|err| StoreError::unavailable(format!("cannot reach {}: {err}", self.base)))
+        self.http.request(request).await.map_err(|err| {
+            let fault = if err.is_connect() {
+                Fault::Unreached
+            } else {
+                Fault::Interrupted
+            };
+            (
+                StoreError::unavailable(format!("cannot reach {base}: {err}")),
+                fault,
+            )
+        })
     }
 
     /// Sends a request and reads its JSON answer.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the server cannot be reached or the answer cannot be
-    /// read; an error answer as the [`StoreError`] it stands for ([`store_error`]).
+    /// As [`send`](Self::send); a body that cannot be read is [`Fault::Interrupted`]; an error
+    /// answer is the [`StoreError`] it stands for ([`store_error`]), [`Fault::Unavailable`]
+    /// when it is a 5xx or a retryable store error, else [`Fault::Final`].
     pub(crate) async fn json(
         &self,
+        base: &str,
         method: Method,
         path: &str,
         body: Bytes,
-    ) -> Result<Json, StoreError> {
-        let response = self.send(method, path, body).await?;
+    ) -> Result<Json, Failed> {
+        let response = self.send(base, method, path, body).await?;
         let status = response.status();
-        let body = read_json(response.into_body()).await?;
+        let body = read_json(response.into_body())
+            .await
+            .map_err(|err| (err, Fault::Interrupted))?;
         if status.is_success() {
             Ok(body)
         } else {
-            Err(store_error(status, &body))
+            Err(classify(status, store_error(status, &body)))
         }
     }
+}
+
+/// How an error answer failed: a 5xx or a retryable store error is [`Fault::Unavailable`]
+/// (another server may do better), anything else [`Fault::Final`].
+pub(crate) fn classify(status: StatusCode, err: StoreError) -> Failed {
+    let fault = if status.is_server_error() || err.is_retryable() {
+        Fault::Unavailable
+    } else {
+        Fault::Final
+    };
+    (err, fault)
 }
 
 /// Reads a whole body as JSON; a body that is not JSON becomes `{"error": text}`.
