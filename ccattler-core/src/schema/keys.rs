@@ -83,6 +83,11 @@ pub fn rebalance(service: &str) -> Result<Key, KeyError> {
     Key::join(REBALANCE_MOVES, [service])
 }
 
+/// `runner/replica/{id}`: a control-plane replica (one key segment).
+pub fn replica(id: &str) -> Result<Key, KeyError> {
+    Key::join(REPLICAS, [segment(id)?])
+}
+
 /// Node names and instance ids are single key segments.
 fn segment(name: &str) -> Result<&str, KeyError> {
     if name.contains('/') {
@@ -139,6 +144,8 @@ pub enum RecordKey<'k> {
     Unschedulable(&'k str),
     /// `status/rebalance/{svc}`.
     Rebalance(&'k str),
+    /// `runner/replica/{id}`.
+    Replica(&'k str),
 }
 
 impl<'k> RecordKey<'k> {
@@ -189,6 +196,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::Unschedulable(one(UNSCHEDULABLE)?)
         } else if let Some(n) = name(REBALANCE_MOVES) {
             RecordKey::Rebalance(n)
+        } else if key.starts_with(REPLICAS) {
+            RecordKey::Replica(one(REPLICAS)?)
         } else {
             return None;
         };
@@ -217,6 +226,7 @@ impl<'k> RecordKey<'k> {
             RecordKey::ServiceStatus(n) => service_status(n),
             RecordKey::Unschedulable(id) => unschedulable(id),
             RecordKey::Rebalance(n) => rebalance(n),
+            RecordKey::Replica(id) => replica(id),
         }
     }
 
@@ -314,6 +324,7 @@ mod tests {
             RecordKey::ServiceStatus("web"),
             RecordKey::Unschedulable("web-1"),
             RecordKey::Rebalance("web"),
+            RecordKey::Replica("host-a:7420"),
         ];
         for record in cases {
             let key = record.key().unwrap();
@@ -330,6 +341,8 @@ mod tests {
             "desired/instance/a/b",
             "observed/instance/n1",
             "lease/node/",
+            "runner/replica/",
+            "runner/replica/a/b",
             "desired/service/",
             "other/thing",
         ] {

@@ -93,6 +93,9 @@ pub const SERVICE_STATUSES: &str = "status/service/";
 pub const UNSCHEDULABLE: &str = "status/unschedulable/";
 /// Prefix of [`RebalanceMove`]s.
 pub const REBALANCE_MOVES: &str = "status/rebalance/";
+/// Prefix of control-plane replicas (`runner/replica/{id}`): each running server keeps its own
+/// key there, attached to a lease of its own, so the keys present are the replicas up.
+pub const REPLICAS: &str = "runner/replica/";
 
 pub mod keys;
 
