@@ -201,6 +201,13 @@ pub enum RuntimeError {
         /// The limit.
         after: Duration,
     },
+    /// The runtime does not offer this operation; the caller falls back (for
+    /// [`Runtime::update_files`]: a restart with the new spec).
+    #[error("{what} is not supported by this runtime")]
+    Unsupported {
+        /// The operation.
+        what: String,
+    },
     /// The runtime itself cannot be reached; nothing about the instance is known.
     #[error("runtime unreachable: {message}")]
     Unreachable {
@@ -268,6 +275,27 @@ pub trait Runtime: Send + Sync + 'static {
         command: &[String],
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecOutput, RuntimeError>> + Send;
+
+    /// Rewrites the given files of a running instance in place (same paths as in the spec it
+    /// started with, new contents and modes), without restarting it: how a changed secret or
+    /// config file reaches a running workload.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Unsupported`], the default, when the runtime cannot do it (the agent
+    /// then restarts the instance with the new files); [`RuntimeError::NotFound`] for an unknown
+    /// or ended instance; [`RuntimeError::StartFailed`] for a path the instance did not start
+    /// with (refused, not created) or a file that cannot be written.
+    fn update_files(
+        &self,
+        id: &str,
+        files: &[FileSpec],
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send {
+        let _ = (id, files);
+        std::future::ready(Err(RuntimeError::Unsupported {
+            what: "rewriting the files of a running instance".to_owned(),
+        }))
+    }
 
     /// Answers a network probe (TCP or HTTP) of instance `id` itself, for a runtime whose
     /// workloads listen nowhere (a simulator). `None`, the default, means the workload is

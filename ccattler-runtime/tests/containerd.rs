@@ -381,6 +381,10 @@ impl RuntimeHarness for ContainerdHarness {
         ];
         argv.iter().map(|s| (*s).to_owned()).collect()
     }
+
+    fn read_file_command(&self, path: &str) -> Option<Vec<String>> {
+        Some(vec!["cat".to_owned(), path.to_owned()])
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

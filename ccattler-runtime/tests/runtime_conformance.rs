@@ -91,6 +91,12 @@ impl RuntimeHarness for ProcessHarness {
     fn exec_command(&self, stdout: &str, code: i32) -> Vec<String> {
         sh(&format!("echo {stdout}; exit {code}"))
     }
+
+    /// The process runtime puts a spec's files under the instance's working directory, where
+    /// `exec` runs.
+    fn read_file_command(&self, path: &str) -> Option<Vec<String>> {
+        Some(sh(&format!("cat ./{}", path.trim_start_matches('/'))))
+    }
 }
 
 #[tokio::test]

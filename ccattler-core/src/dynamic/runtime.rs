@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use futures_core::future::BoxFuture;
 
-use crate::{ExecOutput, InstanceSpec, InstanceStats, ObservedInstance, Runtime, RuntimeError};
+use crate::{
+    ExecOutput, FileSpec, InstanceSpec, InstanceStats, ObservedInstance, Runtime, RuntimeError,
+};
 
 /// The object-safe form of [`Runtime`]: the same operations, returning boxed futures, so that
 /// `dyn DynRuntime` exists and a runtime can be chosen at run time.
@@ -69,6 +71,14 @@ pub trait DynRuntime: Send + Sync + 'static {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<ExecOutput, RuntimeError>>;
 
+    /// [`Runtime::update_files`], boxed: the runtime's own, or the default
+    /// [`RuntimeError::Unsupported`].
+    fn dyn_update_files<'a>(
+        &'a self,
+        id: &'a str,
+        files: &'a [FileSpec],
+    ) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
     /// [`Runtime::network_probe`], boxed: the runtime's own answer, or the default `None`.
     fn dyn_network_probe<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<Result<(), String>>>;
 
@@ -126,6 +136,14 @@ impl<R: Runtime> DynRuntime for R {
         Box::pin(Runtime::exec(self, id, command, timeout))
     }
 
+    fn dyn_update_files<'a>(
+        &'a self,
+        id: &'a str,
+        files: &'a [FileSpec],
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(Runtime::update_files(self, id, files))
+    }
+
     fn dyn_network_probe<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<Result<(), String>>> {
         Box::pin(Runtime::network_probe(self, id))
     }
@@ -136,7 +154,7 @@ impl<R: Runtime> DynRuntime for R {
 }
 
 /// A runtime chosen at run time is a [`Runtime`]: every method, [`Runtime::network_probe`]
-/// included, forwards to the backend's own through [`DynRuntime`].
+/// and [`Runtime::update_files`] included, forwards to the backend's own through [`DynRuntime`].
 ///
 /// Each future is the backend's, boxed once by [`DynRuntime`] and awaited inside an `async fn`
 /// here (no second allocation).
@@ -172,6 +190,10 @@ impl Runtime for Arc<dyn DynRuntime> {
         timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
         (**self).dyn_exec(id, command, timeout).await
+    }
+
+    async fn update_files(&self, id: &str, files: &[FileSpec]) -> Result<(), RuntimeError> {
+        (**self).dyn_update_files(id, files).await
     }
 
     async fn network_probe(&self, id: &str) -> Option<Result<(), String>> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ccattler_core::schema::{Probe, RecordKey};
 use ccattler_core::{
-    InstanceSpec, InstanceStats, Key, LeaseId, ObservedInstance, Revision, Scan, Value,
+    FileSpec, InstanceSpec, InstanceStats, Key, LeaseId, ObservedInstance, Revision, Scan, Value,
 };
 
 use super::cache::Desired;
@@ -101,6 +101,14 @@ pub enum Action {
         /// Why it stops.
         reason: StopReason,
     },
+    /// Rewrite files of running instance `id` in place (a secret it mounts changed). Report
+    /// with [`done`](super::AgentLoop::done).
+    UpdateFiles {
+        /// The instance.
+        id: String,
+        /// Its files with their new contents.
+        files: Vec<FileSpec>,
+    },
     /// Forget an ended instance. Report with [`done`](super::AgentLoop::done).
     Remove {
         /// The instance (or init step) id.
@@ -153,6 +161,7 @@ impl Action {
             Action::Observe
             | Action::EnsureRunning { .. }
             | Action::EnsureStopped { .. }
+            | Action::UpdateFiles { .. }
             | Action::Remove { .. }
             | Action::Probe { .. } => Lane::Runtime,
             Action::SaveCache { .. }
@@ -196,6 +205,9 @@ impl fmt::Display for Action {
             Action::EnsureStopped { id, reason, .. } => {
                 write!(f, "ensure_stopped {id} ({})", reason.name())
             }
+            Action::UpdateFiles { id, files } => {
+                write!(f, "update_files {id} ({} files)", files.len())
+            }
             Action::Remove { id } => write!(f, "remove {id}"),
             Action::Probe { id, kind, .. } => write!(f, "probe {} {id}", kind.name()),
             Action::SaveCache { desired } => {
@@ -210,7 +222,8 @@ impl fmt::Display for Action {
 }
 
 /// Why the agent stops an instance. Only the first two come from the control plane; the agent
-/// stops nothing else, and never because the control plane cannot be reached.
+/// stops nothing else, and never because the control plane cannot be reached. (A restart for a
+/// changed secret, [`StopReason::SecretChanged`], starts the instance again at once.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
     /// Its placement asks it to stop.
@@ -221,6 +234,9 @@ pub enum StopReason {
     Liveness,
     /// It is an init step that ran past its timeout.
     InitTimeout,
+    /// A secret it reads from its environment changed (or a file could not be rewritten in
+    /// place): it is started again at once with the new value.
+    SecretChanged,
 }
 
 impl StopReason {
@@ -231,6 +247,7 @@ impl StopReason {
             StopReason::Unplaced => "unplaced",
             StopReason::Liveness => "liveness failed",
             StopReason::InitTimeout => "init step timed out",
+            StopReason::SecretChanged => "secret changed",
         }
     }
 }

@@ -49,15 +49,17 @@ impl Desired {
             versions.retain(|version, _| used.contains(&(service.as_str(), version.as_str())));
         }
         self.specs.retain(|_, versions| !versions.is_empty());
-        let named: std::collections::BTreeSet<&str> = self
-            .specs
+        let named = self.named_secrets();
+        self.secrets.retain(|name, _| named.contains(name));
+    }
+
+    /// The secrets the known specs name.
+    pub fn named_secrets(&self) -> std::collections::BTreeSet<String> {
+        self.specs
             .values()
             .flat_map(|versions| versions.values())
-            .flat_map(|spec| spec.secrets.iter().map(|s| s.name.as_str()))
-            .collect();
-        let named: std::collections::BTreeSet<String> =
-            named.into_iter().map(str::to_owned).collect();
-        self.secrets.retain(|name, _| named.contains(name));
+            .flat_map(|spec| spec.secrets.iter().map(|s| s.name.clone()))
+            .collect()
     }
 
     /// The lease to resume, if any.

@@ -38,6 +38,11 @@ pub struct AgentConfig {
     /// How often the agent lists its placements again, as a safety net against missed watch
     /// events. Default 30 s.
     pub resync_interval: Duration,
+    /// How often the agent fetches again the secrets its instances use, to see changes (no watch
+    /// shows secrets). A changed secret reaches running instances within about this long: a
+    /// mounted file is rewritten in place, an environment variable restarts the instance.
+    /// Default 10 s.
+    pub secret_refresh_interval: Duration,
     /// How long a stopping instance gets between SIGTERM and SIGKILL. Default 10 s.
     pub stop_grace: Duration,
     /// Delays between retries, one per consecutive failure, the last repeating: of a start that
@@ -67,6 +72,7 @@ impl AgentConfig {
             lease_ttl: Duration::from_secs(10),
             sync_interval: Duration::from_secs(1),
             resync_interval: Duration::from_secs(30),
+            secret_refresh_interval: Duration::from_secs(10),
             stop_grace: Duration::from_secs(10),
             retry_delays: LoopConfig::default().restart_delays,
             max_backoff: Duration::from_secs(30),
@@ -128,6 +134,13 @@ impl AgentConfig {
     #[must_use]
     pub fn resync_interval(mut self, every: Duration) -> Self {
         self.resync_interval = every;
+        self
+    }
+
+    /// Sets the secret refresh interval.
+    #[must_use]
+    pub fn secret_refresh_interval(mut self, every: Duration) -> Self {
+        self.secret_refresh_interval = every;
         self
     }
 

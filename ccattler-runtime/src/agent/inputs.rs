@@ -7,6 +7,8 @@ use ccattler_core::{EventKind, Fact, LeaseId, RuntimeError, StoreError, WatchEve
 
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
+use super::plan::Renew;
+use super::spec::secret_in_env;
 
 impl AgentLoop {
     /// The result of [`Action::Register`]: the lease the node now holds.
@@ -165,6 +167,11 @@ impl AgentLoop {
     }
 
     /// The result of [`Action::FetchSecrets`]: one fact per key asked for, `None` when missing.
+    ///
+    /// A missing secret is remembered: instances that need it wait, reported `pending` with
+    /// the reason, and start once a later fetch finds it. A value that changed is renewed in
+    /// the running instances that use it (files rewritten in place, or a restart when it is in
+    /// their environment); a deleted one is left to them as it was.
     pub fn fetched_secrets(&mut self, result: Result<Vec<Option<Fact>>, StoreError>) {
         let Some(StoreOp::FetchSecrets(names)) =
             self.store_done(|op| matches!(op, StoreOp::FetchSecrets(_)))
@@ -176,15 +183,56 @@ impl AgentLoop {
         }
         match result {
             Ok(facts) => {
+                let mut changed = BTreeSet::new();
                 for (name, fact) in names.into_iter().zip(facts) {
-                    if let Some(fact) = fact {
-                        self.desired.secrets.insert(name, fact.value.to_vec());
+                    match fact {
+                        Some(fact) => {
+                            self.missing_secrets.remove(&name);
+                            let value = fact.value.to_vec();
+                            let old = self.desired.secrets.insert(name.clone(), value.clone());
+                            if old.is_some_and(|old| old != value) {
+                                changed.insert(name);
+                            }
+                        }
+                        None => {
+                            self.missing_secrets.insert(name.clone());
+                            self.desired.secrets.remove(&name);
+                        }
                     }
                 }
+                self.renew_for(&changed);
                 self.save_cache();
                 self.pass_wanted = true;
             }
             Err(err) => self.disconnect(format!("fetching secrets failed: {err}")),
+        }
+    }
+
+    /// Marks the instances that use a `changed` secret for renewal in the next pass.
+    fn renew_for(&mut self, changed: &BTreeSet<String>) {
+        if changed.is_empty() {
+            return;
+        }
+        for id in self.desired.placements.keys() {
+            let Some(spec) = self.desired.spec_of(id) else {
+                continue;
+            };
+            let used: Vec<&str> = spec
+                .secrets
+                .iter()
+                .map(|s| s.name.as_str())
+                .filter(|name| changed.contains(*name))
+                .collect();
+            if used.is_empty() {
+                continue;
+            }
+            let renew = if used.iter().any(|name| secret_in_env(spec, name)) {
+                Renew::Restart
+            } else {
+                Renew::Files
+            };
+            let track = self.tracks.entry(id.clone()).or_default();
+            track.renew = track.renew.max(Some(renew));
         }
     }
 
@@ -281,6 +329,22 @@ impl AgentLoop {
                 self.outbox.push_back(Action::RuntimeFailed {
                     reason: format!("starting {id} failed: {reason}"),
                 });
+            }
+            (RuntimeOp::UpdateFiles(id), Err(err)) => {
+                // Restart instead when the runtime cannot; retry in the next pass otherwise.
+                let unsupported = matches!(err, RuntimeError::Unsupported { .. });
+                let renew = if unsupported {
+                    Renew::Restart
+                } else {
+                    Renew::Files
+                };
+                self.tracks.entry(id.clone()).or_default().renew = Some(renew);
+                self.pass_wanted = true;
+                if !unsupported {
+                    self.outbox.push_back(Action::RuntimeFailed {
+                        reason: format!("rewriting the files of {id} failed: {err}"),
+                    });
+                }
             }
             (RuntimeOp::Stop(id) | RuntimeOp::Remove(id), Err(err)) => {
                 self.outbox.push_back(Action::RuntimeFailed {

@@ -69,6 +69,7 @@ pub(super) enum RuntimeOp {
     Start(String),
     StartInit(String, usize),
     Stop(String),
+    UpdateFiles(String),
     Remove(String),
     Probe(String, ProbeKind),
 }
@@ -120,7 +121,18 @@ pub(super) enum RuntimeOp {
 ///   successes in a row; a failed liveness probe is reported unhealthy in one pass and restarts
 ///   the instance (per its restart policy) in the next.
 /// - **Failures are reported, not fatal.** A start that fails is reported `failed` with the
-///   reason and retried after [`AgentConfig::retry_delays`].
+///   reason and retried after [`AgentConfig::retry_delays`]. What only needs time (a spec not
+///   fetched yet) is reported `pending` with what it waits for, never `failed`: the instance
+///   controller replaces a failed instance.
+/// - **Secrets are never empty.** An instance whose spec names a secret the store does not
+///   hold is not started (nor any init step): it is reported `pending`, its reason naming the
+///   missing secret, and starts once a later fetch finds it. Secrets cannot be watched, so the
+///   loop fetches those its specs name again every [`AgentConfig::secret_refresh_interval`]. A
+///   changed value reaches running instances: mounted files are rewritten in place
+///   ([`Runtime::update_files`](ccattler_core::Runtime::update_files)), and an instance that
+///   reads it from its environment (or whose runtime cannot rewrite files) is stopped and
+///   started again at once with the new value, without a report showing it stopped. A deleted
+///   secret leaves running instances as they are.
 /// - **Determinism.** No clock, no I/O, no randomness: the same inputs give the same actions.
 #[derive(Debug)]
 pub struct AgentLoop {
@@ -148,6 +160,10 @@ pub struct AgentLoop {
     pub(super) secret_fetches: BTreeSet<String>,
     /// Versions a placement names that the store no longer holds.
     pub(super) unavailable: BTreeSet<(String, String)>,
+    /// Secrets a spec names that the store does not hold (as last fetched).
+    pub(super) missing_secrets: BTreeSet<String>,
+    /// When the secrets the placed specs name are fetched again, to see changes.
+    pub(super) secrets_refresh_at: Duration,
     pub(super) outbox: VecDeque<Action>,
     /// The cache file is older than [`desired`](Self::desired).
     cache_dirty: bool,
@@ -182,6 +198,8 @@ impl AgentLoop {
             spec_fetches: BTreeSet::new(),
             secret_fetches: BTreeSet::new(),
             unavailable: BTreeSet::new(),
+            missing_secrets: BTreeSet::new(),
+            secrets_refresh_at: Duration::ZERO,
             outbox: VecDeque::new(),
             cache_dirty: false,
             stats: AgentStats::default(),
@@ -226,7 +244,12 @@ impl AgentLoop {
                 renew_at,
                 resync_at,
                 ..
-            } => Some(renew_at.min(resync_at)),
+            } if self.desired.named_secrets().is_empty() => Some(renew_at.min(resync_at)),
+            Link::Live {
+                renew_at,
+                resync_at,
+                ..
+            } => Some(renew_at.min(resync_at).min(self.secrets_refresh_at)),
             Link::Registering | Link::Listing { .. } => None,
         };
         let pass = (self.runtime_busy.is_none() && self.queue.is_empty()).then_some(self.next_pass);
@@ -311,6 +334,17 @@ impl AgentLoop {
                     self.store_busy = Some(StoreOp::FetchSecrets(names));
                     return Some(Action::FetchSecrets { keys });
                 }
+                if self.now >= self.secrets_refresh_at {
+                    // Secrets are not watchable (no watch shows them): fetched again on a
+                    // timer, so that a changed one reaches the instances that use it.
+                    self.secrets_refresh_at =
+                        self.now.saturating_add(self.config.secret_refresh_interval);
+                    let named = self.desired.named_secrets();
+                    if !named.is_empty() {
+                        self.secret_fetches = named;
+                        return self.store_work();
+                    }
+                }
                 if self.report_wanted {
                     self.report_wanted = false;
                     let changes = self.report_changes(lease);
@@ -377,6 +411,8 @@ impl AgentLoop {
 
     pub(super) fn placements_changed(&mut self) {
         self.desired.forget_unused();
+        let named = self.desired.named_secrets();
+        self.missing_secrets.retain(|name| named.contains(name));
         let placements = &self.desired.placements;
         self.tracks.retain(|id, _| placements.contains_key(id));
         self.save_cache();

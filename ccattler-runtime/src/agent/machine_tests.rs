@@ -21,20 +21,20 @@ const NODE: &str = "n1";
 const TTL: Duration = Duration::from_secs(3);
 
 /// One agent loop over a store and a simulator, driven by hand.
-struct Step {
-    machine: AgentLoop,
-    store: MemoryStore,
-    clock: ManualClock,
-    sim: SimulatorRuntime,
+pub(super) struct Step {
+    pub(super) machine: AgentLoop,
+    pub(super) store: MemoryStore,
+    pub(super) clock: ManualClock,
+    pub(super) sim: SimulatorRuntime,
     watch: Option<MemoryWatch>,
     /// While true every store action fails as if the network were cut.
     store_down: bool,
     /// Every action the loop asked for, stamped with virtual time.
-    log: Vec<(Duration, String)>,
+    pub(super) log: Vec<(Duration, String)>,
 }
 
 impl Step {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let clock = ManualClock::new();
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
@@ -45,6 +45,7 @@ impl Step {
         let config = AgentConfig::new(NODE, "/nonexistent/agent")
             .lease_ttl(TTL)
             .sync_interval(Duration::from_millis(100))
+            .secret_refresh_interval(Duration::from_millis(500))
             .stop_grace(Duration::from_millis(10));
         let mut machine = AgentLoop::new(config, cache);
         machine.tick(clock.now_duration());
@@ -145,7 +146,7 @@ impl Step {
     }
 
     /// Moves virtual time forward by `by` in steps of 10 ms, settling after each.
-    fn advance(&mut self, by: Duration) {
+    pub(super) fn advance(&mut self, by: Duration) {
         let end = self.clock.now_duration() + by;
         while self.clock.now_duration() < end {
             self.clock.advance(Duration::from_millis(10));
@@ -155,7 +156,7 @@ impl Step {
     }
 
     /// Advances 10 ms at a time until `done` holds (at most 10 s of virtual time).
-    fn advance_until(&mut self, what: &str, done: impl Fn(&Step) -> bool) {
+    pub(super) fn advance_until(&mut self, what: &str, done: impl Fn(&Step) -> bool) {
         for _ in 0..1_000 {
             if done(self) {
                 return;
@@ -172,7 +173,7 @@ impl Step {
         &self.log[self.log.len().saturating_sub(20)..]
     }
 
-    fn put<T: serde::Serialize>(&self, key: ccattler_core::Key, record: &T) {
+    pub(super) fn put<T: serde::Serialize>(&self, key: ccattler_core::Key, record: &T) {
         self.store
             .put(&key, schema::encode(record))
             .now_or_never()
@@ -181,7 +182,7 @@ impl Step {
     }
 
     /// Declares `spec` and places instance `id` of it on the node.
-    fn place(&self, id: &str, spec: &ServiceSpec, state: DesiredState) {
+    pub(super) fn place(&self, id: &str, spec: &ServiceSpec, state: DesiredState) {
         self.put(schema::keys::service(&spec.name).expect("key"), spec);
         let assignment = Assignment {
             instance: id.to_owned(),
@@ -201,7 +202,7 @@ impl Step {
             .expect("delete");
     }
 
-    fn observation(&self, id: &str) -> Option<InstanceObservation> {
+    pub(super) fn observation(&self, id: &str) -> Option<InstanceObservation> {
         let key = schema::keys::observed_instance(NODE, id).expect("key");
         let fact = self
             .store
@@ -212,7 +213,7 @@ impl Step {
         Some(schema::decode(&fact).expect("an observation"))
     }
 
-    fn state(&self, id: &str) -> Option<InstanceState> {
+    pub(super) fn state(&self, id: &str) -> Option<InstanceState> {
         let seen = self
             .sim
             .observe()
@@ -222,7 +223,7 @@ impl Step {
         seen.into_iter().find(|o| o.id == id).map(|o| o.state)
     }
 
-    fn count(&self, what: &str) -> usize {
+    pub(super) fn count(&self, what: &str) -> usize {
         self.log.iter().filter(|(_, a)| a.starts_with(what)).count()
     }
 }
@@ -237,7 +238,7 @@ impl ClockExt for ManualClock {
     }
 }
 
-fn service(name: &str, command: &[&str]) -> ServiceSpec {
+pub(super) fn service(name: &str, command: &[&str]) -> ServiceSpec {
     ServiceSpec {
         name: name.into(),
         image: format!("example/{name}:1"),
@@ -247,7 +248,7 @@ fn service(name: &str, command: &[&str]) -> ServiceSpec {
     }
 }
 
-fn running(step: &Step, id: &str) -> bool {
+pub(super) fn running(step: &Step, id: &str) -> bool {
     step.observation(id)
         .is_some_and(|o| o.state == ObservedState::Running)
 }

@@ -55,6 +55,8 @@ pub mod perform;
 mod plan;
 pub mod probe;
 mod report;
+#[cfg(test)]
+mod secret_tests;
 mod spec;
 
 pub use action::{Action, Lane, Listing, Sample, StopReason};

@@ -31,7 +31,8 @@ pub enum Outcome {
     Reported(Result<(), StoreError>),
     /// Of [`Action::Observe`].
     Observed(Result<Vec<Sample>, RuntimeError>),
-    /// Of [`Action::EnsureRunning`], [`Action::EnsureStopped`] and [`Action::Remove`].
+    /// Of [`Action::EnsureRunning`], [`Action::EnsureStopped`], [`Action::UpdateFiles`] and
+    /// [`Action::Remove`].
     Done(Result<(), RuntimeError>),
     /// Of [`Action::Probe`].
     Probed(Result<(), String>),
@@ -196,6 +197,7 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
         Action::EnsureStopped { id, grace, .. } => {
             Outcome::Done(runtime.ensure_stopped(&id, grace).await)
         }
+        Action::UpdateFiles { id, files } => Outcome::Done(runtime.update_files(&id, &files).await),
         Action::Remove { id } => Outcome::Done(runtime.remove(&id).await),
         Action::Probe {
             id, probe, address, ..

@@ -11,7 +11,7 @@ use ccattler_core::{InstanceState, ObservedInstance};
 use super::action::{Action, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
-use super::spec::{init_id, init_spec, instance_spec, restarts};
+use super::spec::{MissingSecret, init_id, init_spec, instance_spec, restarts};
 
 /// How long a failed init step waits before its next attempt once its retries are spent.
 const INIT_RETRY_PAUSE: Duration = Duration::from_secs(30);
@@ -36,6 +36,17 @@ pub(super) struct Track {
     pub started: Option<Duration>,
     /// When its liveness probe failed: it is restarted one pass later, once reported unhealthy.
     pub condemned: Option<Duration>,
+    /// A secret it uses changed: what the next pass does about it, if it runs.
+    pub renew: Option<Renew>,
+}
+
+/// How a running instance takes a changed secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Renew {
+    /// Its mounted files are rewritten in place.
+    Files,
+    /// It restarts: the secret is in its environment (or its runtime cannot rewrite files).
+    Restart,
 }
 
 impl Track {
@@ -111,6 +122,39 @@ impl AgentLoop {
             if seen.is_some_and(|o| o.state == InstanceState::Running) && track.started.is_none() {
                 track.started_now(now, Some(spec)); // adopted
             }
+            let renew = track.renew.take();
+            if let Some(renew) = renew
+                && seen.is_some_and(|o| o.state == InstanceState::Running)
+            {
+                // A secret it uses changed. Deleted meanwhile: it keeps what it has.
+                let Ok(instance) = instance_spec(id, spec, &self.desired, &self.volumes) else {
+                    continue;
+                };
+                match renew {
+                    Renew::Files => self.queue.push_back((
+                        Action::UpdateFiles {
+                            id: id.to_owned(),
+                            files: instance.files,
+                        },
+                        RuntimeOp::UpdateFiles(id.to_owned()),
+                    )),
+                    Renew::Restart => {
+                        // Stopped and started in one go, so no report shows it stopped (the
+                        // instance controller would replace it).
+                        self.queue
+                            .push_back(stop(id, grace, StopReason::SecretChanged));
+                        self.queue.push_back((
+                            Action::EnsureRunning {
+                                spec: Box::new(instance),
+                            },
+                            RuntimeOp::Start(id.to_owned()),
+                        ));
+                        track.probes = Default::default();
+                        track.started = None;
+                    }
+                }
+                continue;
+            }
             let start = match seen {
                 None => true,
                 Some(o) if o.state.has_ended() => restarts(spec.restart, &o.state),
@@ -119,6 +163,21 @@ impl AgentLoop {
             if !start || track.retry_at.is_some_and(|at| now < at) {
                 continue;
             }
+            // Never started with a secret missing (nor with an empty value in its place).
+            let instance = match instance_spec(id, spec, &self.desired, &self.volumes) {
+                Ok(instance) => instance,
+                Err(MissingSecret(name)) => {
+                    track.waiting = Some(if self.missing_secrets.contains(&name) {
+                        format!(
+                            "missing secret {name}: the store holds no secret of that name; \
+                             the instance starts once it is set"
+                        )
+                    } else {
+                        format!("waiting for secret {name}")
+                    });
+                    continue;
+                }
+            };
             // Init steps run once, in order, before the first start.
             let step = track.init_done as usize;
             if seen.is_none() && step < spec.init.len() {
@@ -126,7 +185,10 @@ impl AgentLoop {
                 match self.observed.get(&step_id).map(|s| &s.instance.state) {
                     None => {
                         track.started = None;
-                        let init = init_spec(id, step, spec, &self.desired, &self.volumes);
+                        let Ok(init) = init_spec(id, step, spec, &self.desired, &self.volumes)
+                        else {
+                            continue; // its secrets are there: the instance's spec was built
+                        };
                         self.queue.push_back((
                             Action::EnsureRunning {
                                 spec: Box::new(init),
@@ -160,7 +222,6 @@ impl AgentLoop {
                 }
                 continue;
             }
-            let instance = instance_spec(id, spec, &self.desired, &self.volumes);
             self.queue.push_back((
                 Action::EnsureRunning {
                     spec: Box::new(instance),

@@ -7,16 +7,25 @@ use ccattler_core::{FileSpec, InstanceSpec, InstanceState, MountSpec};
 
 use super::cache::Desired;
 
+/// A secret a spec names whose value the agent does not hold: the instance cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct MissingSecret(pub String);
+
 /// The runtime spec of instance `id` of `spec`: command, env, config files (0644), secrets
 /// (files 0600 at their mount path, or environment variables named after the secret in upper
 /// case with `-` and `.` turned into `_`), volumes (directories under `volumes_dir`), ports and
 /// limits.
+///
+/// # Errors
+///
+/// The first secret `spec` names that `desired` holds no value of: never an empty value in its
+/// place.
 pub(super) fn instance_spec(
     id: &str,
     spec: &ServiceSpec,
     desired: &Desired,
     volumes_dir: &Path,
-) -> InstanceSpec {
+) -> Result<InstanceSpec, MissingSecret> {
     let mut instance = InstanceSpec::new(id, spec.image.clone());
     instance.service = spec.name.clone();
     instance.command = spec.command.clone();
@@ -41,7 +50,7 @@ pub(super) fn instance_spec(
             .secrets
             .get(&secret.name)
             .cloned()
-            .unwrap_or_default();
+            .ok_or_else(|| MissingSecret(secret.name.clone()))?;
         match &secret.mount {
             Some(path) => instance.files.push(FileSpec {
                 path: path.clone(),
@@ -68,19 +77,31 @@ pub(super) fn instance_spec(
     instance.ports = spec.expose.iter().map(|e| e.port).collect();
     instance.cpu = spec.resources.cpu;
     instance.memory = spec.resources.memory;
-    instance
+    Ok(instance)
+}
+
+/// Whether a secret of `spec` reaches the instance through its environment (a change then
+/// needs a restart) rather than a file (rewritten in place).
+pub(super) fn secret_in_env(spec: &ServiceSpec, name: &str) -> bool {
+    spec.secrets
+        .iter()
+        .any(|s| s.name == name && s.mount.is_none())
 }
 
 /// The spec of the `step`-th init step of instance `id`: a short-lived instance of the same
 /// image running the step's command in a shell.
+///
+/// # Errors
+///
+/// As [`instance_spec`].
 pub(super) fn init_spec(
     id: &str,
     step: usize,
     spec: &ServiceSpec,
     desired: &Desired,
     volumes_dir: &Path,
-) -> InstanceSpec {
-    let mut init = instance_spec(&init_id(id, step), spec, desired, volumes_dir);
+) -> Result<InstanceSpec, MissingSecret> {
+    let mut init = instance_spec(&init_id(id, step), spec, desired, volumes_dir)?;
     let command = spec
         .init
         .get(step)
@@ -88,7 +109,7 @@ pub(super) fn init_spec(
         .unwrap_or_default();
     init.command = vec!["sh".into(), "-c".into(), command];
     init.ports.clear();
-    init
+    Ok(init)
 }
 
 /// The id of an init step's instance.

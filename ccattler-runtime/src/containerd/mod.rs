@@ -44,6 +44,7 @@
 
 mod client;
 mod exec;
+mod files;
 mod image;
 mod import;
 mod lifecycle;
@@ -59,7 +60,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccattler_core::{ExecOutput, InstanceSpec, InstanceStats, ObservedInstance, Runtime};
-use ccattler_core::{InstanceState, RuntimeError};
+use ccattler_core::{FileSpec, InstanceState, RuntimeError};
 
 use client::Conn;
 
@@ -295,5 +296,11 @@ impl Runtime for ContainerdRuntime {
         timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
         self.inner.exec(id, command, timeout).await
+    }
+
+    async fn update_files(&self, id: &str, files: &[FileSpec]) -> Result<(), RuntimeError> {
+        let lock = self.inner.lock_for(id);
+        let _guard = lock.lock().await;
+        self.inner.update_files(id, files).await
     }
 }

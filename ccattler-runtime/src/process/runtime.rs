@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ccattler_core::schema::{Cpu, Memory};
 use ccattler_core::{
-    ExecOutput, InstanceSpec, InstanceStats, ObservedInstance, Runtime, RuntimeError,
+    ExecOutput, FileSpec, InstanceSpec, InstanceStats, ObservedInstance, Runtime, RuntimeError,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -270,5 +270,12 @@ impl Runtime for ProcessRuntime {
             None => return Err(RuntimeError::NotFound(id.to_owned())),
         };
         spawn::exec(id, &self.inner.layout.work(id), &env, command, timeout).await
+    }
+
+    async fn update_files(&self, id: &str, files: &[FileSpec]) -> Result<(), RuntimeError> {
+        if !self.inner.entries.lock().contains_key(id) {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        spawn::rewrite_files(&self.inner.layout, id, files)
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ccattler_core::{ExecOutput, InstanceSpec, RuntimeError};
+use ccattler_core::{ExecOutput, FileSpec, InstanceSpec, RuntimeError};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::Command as AsyncCommand;
@@ -83,6 +83,33 @@ fn prepare(layout: &Layout, spec: &InstanceSpec) -> Result<(), RuntimeError> {
             .ok_or_else(|| start_failed(id, "invalid mount target", &mount.target))?;
         link(&mount.source, &target)
             .map_err(|e| start_failed(id, &format!("cannot mount {}", mount.target), e))?;
+    }
+    Ok(())
+}
+
+/// Rewrites files of a running instance: each replaced at once (a temp file beside it, created
+/// with its mode, then renamed over it), so the workload reads the old content or the new, never
+/// a mix. A path the instance does not have is refused, not created.
+pub(super) fn rewrite_files(
+    layout: &Layout,
+    id: &str,
+    files: &[FileSpec],
+) -> Result<(), RuntimeError> {
+    let work = layout.work(id);
+    for file in files {
+        let target = under_work(&work, &file.path)
+            .filter(|t| t.is_file())
+            .ok_or_else(|| start_failed(id, "no such file to rewrite", &file.path))?;
+        let temp = target.with_file_name(format!(
+            ".{}.new",
+            target
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        ));
+        let _ = fs::remove_file(&temp);
+        write_file(&temp, &file.content, file.mode)
+            .and_then(|()| fs::rename(&temp, &target))
+            .map_err(|e| start_failed(id, &format!("cannot rewrite {}", file.path), e))?;
     }
     Ok(())
 }

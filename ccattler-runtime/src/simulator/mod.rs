@@ -37,7 +37,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccattler_core::{
-    ExecOutput, InstanceSpec, InstanceState, InstanceStats, ObservedInstance, Runtime, RuntimeError,
+    ExecOutput, FileSpec, InstanceSpec, InstanceState, InstanceStats, ObservedInstance, Runtime,
+    RuntimeError,
 };
 use parking_lot::Mutex;
 
@@ -161,6 +162,10 @@ impl Runtime for SimulatorRuntime {
         _timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
         self.table.lock().exec(id, command)
+    }
+
+    async fn update_files(&self, id: &str, files: &[FileSpec]) -> Result<(), RuntimeError> {
+        self.table.lock().update_files(id, files)
     }
 
     async fn network_probe(&self, id: &str) -> Option<Result<(), String>> {

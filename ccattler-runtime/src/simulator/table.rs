@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{Cpu, Memory};
 use ccattler_core::{
-    ExecOutput, InstanceSpec, InstanceState, InstanceStats, ObservedInstance, RuntimeError,
+    ExecOutput, FileSpec, InstanceSpec, InstanceState, InstanceStats, ObservedInstance,
+    RuntimeError,
 };
 
 use super::{exit_code, is_live};
@@ -113,6 +114,34 @@ impl Table {
         let result = self.start(&mut instance);
         self.instances.insert(spec.id.clone(), instance);
         result
+    }
+
+    /// Rewrites files of a running instance: the spec it reports keeps its start, with the new
+    /// contents and modes of the files it already had (a path it does not have is refused).
+    pub(super) fn update_files(
+        &mut self,
+        id: &str,
+        files: &[FileSpec],
+    ) -> Result<(), RuntimeError> {
+        self.reachable()?;
+        let instance = self
+            .instances
+            .get_mut(id)
+            .filter(|i| !i.state.has_ended())
+            .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))?;
+        for file in files {
+            let old = instance
+                .spec
+                .files
+                .iter_mut()
+                .find(|f| f.path == file.path)
+                .ok_or_else(|| RuntimeError::StartFailed {
+                    id: id.to_owned(),
+                    reason: format!("{} is not one of the files it started with", file.path),
+                })?;
+            *old = file.clone();
+        }
+        Ok(())
     }
 
     /// Starts `instance`, or records why it could not start and returns that error.

@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ccattler_core::{
-    ExecOutput, InstanceSpec, InstanceState, InstanceStats, ObservedInstance, Runtime, RuntimeError,
+    ExecOutput, FileSpec, InstanceSpec, InstanceState, InstanceStats, ObservedInstance, Runtime,
+    RuntimeError,
 };
 use ccattler_runtime::simulator::{Faults, SimulatorRuntime};
 use tokio::task::JoinSet;
@@ -155,6 +156,10 @@ impl Runtime for NodeRuntime {
         timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
         self.sim.exec(id, command, timeout).await
+    }
+
+    async fn update_files(&self, id: &str, files: &[FileSpec]) -> Result<(), RuntimeError> {
+        self.sim.update_files(id, files).await
     }
 
     async fn network_probe(&self, id: &str) -> Option<Result<(), String>> {

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Each check is also a public async fn of its topic module ([`lifecycle`], [`stop`],
-//! [`inspect`]), so a runtime can run one check alone while debugging it.
+//! [`inspect`], [`files`]), so a runtime can run one check alone while debugging it.
 //!
 //! # Guarantees
 //!
@@ -38,6 +38,7 @@ use std::future::Future;
 
 use ccattler_core::{InstanceSpec, Runtime};
 
+pub mod files;
 pub mod inspect;
 pub mod lifecycle;
 mod simulator;
@@ -80,6 +81,14 @@ pub trait RuntimeHarness: Send + Sync {
 
     /// A command for `exec` that prints `stdout` (followed by a newline) and exits with `code`.
     fn exec_command(&self, stdout: &str, code: i32) -> Vec<String>;
+
+    /// A command for `exec` that prints the file the instance's spec puts at `path`, as the
+    /// instance sees it. `None`, the default, when `exec` cannot read files (a simulator): the
+    /// file checks then check the runtime's answers only.
+    fn read_file_command(&self, path: &str) -> Option<Vec<String>> {
+        let _ = path;
+        None
+    }
 }
 
 /// Runs each named check against `$harness`, printing its name first.
@@ -114,5 +123,6 @@ pub async fn run_runtime_conformance<H: RuntimeHarness>(harness: &H) {
         inspect::stats_report_memory,
         inspect::missing_command_is_reported,
         inspect::unknown_ids_are_not_found,
+        files::files_are_rewritten_in_place,
     );
 }
