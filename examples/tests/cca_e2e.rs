@@ -18,43 +18,12 @@ use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_store::etcd::server::skip_or_fail;
 use hyper::Method;
 use processes::{
-    Children, admin_token, apply, cca, enrollment_token, etcd_store_flags, free_port, read_log,
-    running, start_agent, start_server, terminate, unique, wait_for,
+    Children, Workloads, admin_token, apply, cca, enrollment_token, etcd_store_flags, free_port,
+    marked_pids, read_log, running, start_agent, start_server, terminate, unique, wait_for,
 };
 
 const LEASE_TTL: Duration = Duration::from_secs(4);
 const INSTANCES: usize = 4;
-
-/// Every workload started with the test's marker in its command line, killed when dropped
-/// (they outlive a killed agent, as on a real node).
-struct Workloads(String);
-
-impl Drop for Workloads {
-    fn drop(&mut self) {
-        for pid in marked_pids(&self.0) {
-            let _ = Command::new("kill").args(["-9", &pid]).status();
-        }
-    }
-}
-
-/// The ids of the processes whose command line contains `marker`: the workloads' shells
-/// (their `sleep` children do not carry it).
-fn marked_pids(marker: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<String> = entries
-        .flatten()
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline).contains(marker)
-        })
-        .collect();
-    pids.sort();
-    pids
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_two_agents_kill_and_restart() {

@@ -118,6 +118,11 @@ pub struct AgentArgs {
     /// How long an instance gets between SIGTERM and SIGKILL when it is stopped.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
     pub stop_grace: Duration,
+    /// How often the secrets this node's instances use are fetched again: a changed secret
+    /// reaches them within about this long (a mounted file is rewritten in place, an
+    /// environment variable restarts the instance).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
+    pub secret_refresh: Duration,
 }
 
 impl AgentArgs {
@@ -131,7 +136,8 @@ impl AgentArgs {
     pub fn config(&self) -> AgentConfig {
         let mut config = AgentConfig::new(self.node.clone(), self.state_dir().join("agent"))
             .lease_ttl(self.lease_ttl)
-            .stop_grace(self.stop_grace);
+            .stop_grace(self.stop_grace)
+            .secret_refresh_interval(self.secret_refresh);
         if let Some(cpu) = self.cpu {
             config.cpu = cpu;
         }

@@ -56,6 +56,37 @@ pub(crate) fn unique(what: &str) -> String {
     format!("{what}-{}-{nanos}", std::process::id())
 }
 
+/// Every workload started with the test's marker in its command line, killed when dropped
+/// (they outlive a killed agent, as on a real node).
+pub(crate) struct Workloads(pub String);
+
+impl Drop for Workloads {
+    fn drop(&mut self) {
+        for pid in marked_pids(&self.0) {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
+        }
+    }
+}
+
+/// The ids of the processes whose command line contains `marker`: the workloads' shells
+/// (their `sleep` children do not carry it).
+pub(crate) fn marked_pids(marker: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<String> = entries
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
 /// Child processes killed (SIGKILL) when dropped.
 #[derive(Default)]
 pub(crate) struct Children(pub Vec<Child>);
