@@ -41,6 +41,7 @@
 //! | [`runtime`] | the [`Runtime`] contract for node agents |
 //! | [`schema`] | the standard schema: service specs, instances, placements, nodes, the key table |
 //! | [`runner`] | the controller loop state machine, the [`Runner`] trait, leader election |
+//! | [`telemetry`] | the table of every metric CCattler records |
 //!
 //! ## Feature flags
 //!
@@ -66,6 +67,7 @@ pub mod runtime;
 pub mod schema;
 mod seeded;
 pub mod store;
+pub mod telemetry;
 pub mod txn;
 pub mod view;
 

@@ -23,6 +23,7 @@
 //! |---|---|
 //! | [`memory`] | [`MemoryStore`], [`MemoryConfig`], the [`MemoryWatch`] stream |
 //! | [`namespaced`] | [`Namespaced`], the [`NamespacedWatch`] stream |
+//! | `metered` (feature `metrics`) | `Metered`, any store's calls counted and timed through the `metrics` facade, and the `MeteredWatch` stream |
 //! | `etcd` (feature `etcd`) | `EtcdStore`, `EtcdConfig`, the `EtcdWatch` stream, `LeaseKeeper`, test support in `etcd::server` |
 //! | `wire` (features `http`, `http-server`, `wire`) | the store protocol's routes (`Route`) and JSON shapes, shared by client and server |
 //! | `http` (feature `http`) | `HttpStore`, the protocol's client, and `WATCH_IDLE_LIMIT` |
@@ -35,6 +36,7 @@
 //! | `etcd` | `EtcdStore`, the distributed backend, on etcd's v3 API | etcd-client, tonic, tokio (protoc at build time) |
 //! | `http` | `HttpStore`, a client of the store protocol | hyper, hyper-util, tokio, serde |
 //! | `http-server` | the store protocol's axum `Router` and its credential rules | axum, serde |
+//! | `metrics` | `Metered`, store metrics through the `metrics` facade | metrics |
 //! | `wire` | the protocol's wire format alone (enabled by both above) | serde, serde_json, base64 |
 //!
 //! With no feature (or `wire` alone), this crate depends on no async runtime: its futures complete on first poll
@@ -70,6 +72,11 @@ pub mod namespaced;
 
 pub use memory::{MemoryConfig, MemoryStore, MemoryWatch};
 pub use namespaced::{Namespaced, NamespacedWatch};
+
+#[cfg(feature = "metrics")]
+pub mod metered;
+#[cfg(feature = "metrics")]
+pub use metered::{Metered, MeteredWatch};
 
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -21,19 +21,11 @@
 //!
 //! # Metrics
 //!
-//! With the `tokio` feature the runner records these through the `metrics` facade; an
-//! application installs whatever exporter it likes (a Prometheus one serves them as below).
-//! Names follow Prometheus conventions: `_total` for counters, base units in the name.
-//!
-//! | name | type | labels | what it counts |
-//! |---|---|---|---|
-//! | `ccattler_reconciles_total` | counter | `controller` | reconciles run, failed or not |
-//! | `ccattler_reconcile_duration_seconds` | histogram | `controller` | time one reconcile took |
-//! | `ccattler_changes_committed_total` | counter | `controller` | changes in commits that landed (the commit marker not counted) |
-//! | `ccattler_commit_conflicts_total` | counter | `controller` | commits refused because a guarded key moved (then retried) |
-//! | `ccattler_controller_failures_total` | counter | `controller` | failures that restart the loop: errors, panics, rejected plans, store errors |
-//! | `ccattler_queue_depth` | gauge | `controller` | watch events that arrived since the last reconcile began, set as each begins |
-//! | `ccattler_leader` | gauge | none | 1 while this replica leads and runs its controllers, 0 otherwise |
+//! With the `tokio` feature the runner records, by controller, reconciles and their duration,
+//! committed changes, commit conflicts, loop failures and queue depth, and whether this replica
+//! leads (`ccattler_reconciles_total`, `ccattler_leader`, ...) through the `metrics` facade; an
+//! application installs whatever exporter it likes. Their names, types and labels are in the
+//! table of every metric, [`telemetry`](crate::telemetry).
 
 mod backoff;
 mod election;
@@ -48,6 +40,8 @@ mod machine_tests;
 
 #[cfg(feature = "tokio")]
 mod driver;
+#[cfg(feature = "tokio")]
+mod events_lease;
 #[cfg(feature = "tokio")]
 mod lease_election;
 #[cfg(feature = "tokio")]

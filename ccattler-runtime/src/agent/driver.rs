@@ -1,8 +1,11 @@
-//! The tokio driver of one [`AgentLoop`]: performs its actions against a store and a runtime.
+//! The tokio driver of one [`AgentLoop`]: performs its actions against a store and a runtime,
+//! publishes the node's [`NodeSnapshot`] and records the agent's metrics (listed in
+//! `local.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ccattler_core::{FactStore, Runtime, StoreError, WatchEvent};
 use futures_util::{FutureExt, StreamExt};
@@ -10,6 +13,7 @@ use tokio::time::Instant;
 
 use super::action::{Action, Lane};
 use super::cache::Cache;
+use super::local::{self, NodeSnapshot, PASS_DURATION};
 use super::machine::AgentLoop;
 use super::perform::{self, Outcome};
 use super::{AgentError, NodeAgent};
@@ -18,6 +22,9 @@ use super::{AgentError, NodeAgent};
 /// lane, which the driver never sends there).
 type InFlight = Pin<Box<dyn Future<Output = Option<Outcome>> + Send>>;
 
+/// The snapshot is published at most this often (and once more after the last change).
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
 impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
     /// Runs until `shutdown` completes. Workloads keep running after it returns.
     ///
@@ -25,6 +32,22 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
     ///
     /// [`AgentError::Cache`] when the cache directory cannot be written at start.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
+        let (snapshots, _) = tokio::sync::watch::channel(NodeSnapshot::default());
+        self.run_publishing(shutdown, snapshots).await
+    }
+
+    /// Like [`run`](Self::run), and sends the node's [`NodeSnapshot`] to `snapshots` as it
+    /// changes (at most every 100 ms, and once after the last change), whether or not the
+    /// store is reachable. Subscribe with `snapshots.subscribe()` before or while it runs.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::Cache`] when the cache directory cannot be written at start.
+    pub async fn run_publishing(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+        snapshots: tokio::sync::watch::Sender<NodeSnapshot>,
+    ) -> Result<(), AgentError> {
         let cache = Cache::new(&self.config.cache_dir);
         let desired = cache.load();
         cache.save(&desired).map_err(|source| AgentError::Cache {
@@ -34,10 +57,15 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
         let node = self.config.node.clone();
         let mut machine = AgentLoop::new(self.config.clone(), desired);
         let origin = Instant::now();
+        machine.set_epoch(std::time::SystemTime::now());
         let mut shutdown = std::pin::pin!(shutdown);
         let mut watch: Option<S::Watch> = None;
         let mut store_op: Option<InFlight> = None;
         let mut runtime_op: Option<InFlight> = None;
+        // When the pass under way began, and when the snapshot was last published.
+        let mut pass_began: Option<Instant> = None;
+        let mut published: Option<Instant> = None;
+        let mut changed = true;
         loop {
             machine.tick(origin.elapsed());
             while let Some(action) = machine.next_action() {
@@ -47,6 +75,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                         Ok(started) => watch = Some(started),
                         Err(err) => {
                             watch = None;
+                            local::store_error("watch");
                             machine.watch_failed(err);
                         }
                     },
@@ -65,19 +94,57 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     action if action.lane() == Lane::Store => {
                         let store = self.store.clone();
                         let (node, ttl) = (node.clone(), self.config.lease_ttl);
+                        let operation = local::store_operation(&action);
                         store_op = Some(Box::pin(async move {
-                            perform::store_action(&store, &node, ttl, action).await
+                            let outcome = perform::store_action(&store, &node, ttl, action).await;
+                            if outcome.as_ref().and_then(Outcome::error).is_some() {
+                                local::store_error(operation);
+                            }
+                            outcome
                         }));
                     }
                     action => {
                         let runtime = Arc::clone(&self.runtime);
+                        let probe = match &action {
+                            Action::Probe { kind, .. } => Some(kind.name()),
+                            Action::Observe => {
+                                pass_began.get_or_insert_with(Instant::now);
+                                None
+                            }
+                            _ => None,
+                        };
                         runtime_op = Some(Box::pin(async move {
-                            perform::runtime_action(runtime.as_ref(), action).await
+                            let outcome = perform::runtime_action(runtime.as_ref(), action).await;
+                            if let (Some(kind), Some(Outcome::Probed(result))) = (probe, &outcome) {
+                                local::probed(kind, result.is_ok());
+                            }
+                            outcome
                         }));
                     }
                 }
             }
+            if runtime_op.is_none()
+                && let Some(began) = pass_began.take()
+            {
+                metrics::histogram!(PASS_DURATION).record(began.elapsed().as_secs_f64());
+            }
+            let publish_at =
+                changed.then(|| published.map_or_else(Instant::now, |at| at + PUBLISH_EVERY));
+            if let Some(at) = publish_at
+                && Instant::now() >= at
+            {
+                let snapshot = machine.snapshot();
+                snapshot.record();
+                snapshots.send_replace(snapshot);
+                published = Some(Instant::now());
+                changed = false;
+            }
             let deadline = machine.deadline().and_then(|d| origin.checked_add(d));
+            let deadline = match (deadline, publish_at.filter(|_| changed)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            changed = true;
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
@@ -97,6 +164,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                             Some(Ok(event)) => machine.event(event),
                             Some(Err(err)) => {
                                 watch = None;
+                                local::store_error("watch");
                                 machine.watch_failed(err);
                                 break;
                             }

@@ -39,6 +39,7 @@
 //! | `action.rs` | [`Action`], [`Lane`], [`StopReason`], [`Listing`], [`Sample`] |
 //! | `perform.rs` | performing an action against a store or a runtime: [`Outcome`] |
 //! | `driver.rs` | [`NodeAgent::run`], the tokio driver |
+//! | `local.rs` | [`NodeSnapshot`], the node's observed state read on the node, and the agent's metrics |
 //! | `probe.rs` | [`ProbeState`] (thresholds) and [`probe::check`] (the I/O) |
 //! | `spec.rs` | from a service spec to the runtime's instance spec |
 //! | `cache.rs`, `config.rs` | [`Cache`] and [`Desired`]; [`AgentConfig`] |
@@ -48,6 +49,7 @@ mod cache;
 mod config;
 mod driver;
 mod inputs;
+mod local;
 mod machine;
 #[cfg(test)]
 mod machine_tests;
@@ -62,6 +64,7 @@ mod spec;
 pub use action::{Action, Lane, Listing, Sample, StopReason};
 pub use cache::{Cache, Desired};
 pub use config::AgentConfig;
+pub use local::{NodeSnapshot, OBSERVED_STATES, state_name};
 pub use machine::{AgentLoop, AgentStats};
 pub use perform::Outcome;
 pub use probe::{ProbeKind, ProbeState};

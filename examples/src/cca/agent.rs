@@ -12,7 +12,9 @@
 //! 3. The standard `NodeAgent` runs over an [`HttpStore`]: it registers the node under a lease
 //!    (`--lease-ttl`), follows its placements, runs them on the runtime (`--runtime process`
 //!    under `{state-dir}/runtime`, `containerd`, or `sim`) and reports what runs.
-//! 4. Ctrl-C or SIGTERM stops the agent. Workloads keep running: a restarted agent (same
+//! 4. Meanwhile the agent serves its node's state (`GET /node`) and its metrics (`GET /metrics`)
+//!    on `--local-addr` (see [`super::local`]), whether or not the server is reachable.
+//! 5. Ctrl-C or SIGTERM stops the agent. Workloads keep running: a restarted agent (same
 //!    `--state-dir`) adopts them again, and an agent that stays away past its lease has its
 //!    instances replaced elsewhere by the controllers.
 
@@ -118,6 +120,11 @@ pub struct AgentArgs {
     /// How long an instance gets between SIGTERM and SIGKILL when it is stopped.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
     pub stop_grace: Duration,
+    /// Where the agent serves its node's state (`GET /node`, JSON) and its metrics (`GET
+    /// /metrics`), also while the server is unreachable; 127.0.0.1:7421 by default (no token:
+    /// keep it on loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub local_addr: Option<std::net::SocketAddr>,
     /// How often the secrets this node's instances use are fetched again: a changed secret
     /// reaches them within about this long (a mounted file is rewritten in place, an
     /// environment variable restarts the instance).
@@ -243,13 +250,17 @@ async fn serve<R: Runtime>(
         args.node, args.server
     );
     let _ = std::io::Write::flush(&mut std::io::stdout());
+    let snapshots = super::local::start(args.local_addr).await?;
     agent
-        .run(async {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-        })
+        .run_publishing(
+            async {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+            },
+            snapshots,
+        )
         .await
         .map_err(|err| CliError::Cluster(format!("the agent stopped: {err}")))?;
     eprintln!("cca agent: stopped; the workloads keep running");

@@ -13,7 +13,8 @@
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
 //! status from the store's facts; [`flags`] parses the values `dev` and `agent` share;
-//! [`shape`] holds the cluster shape flags of `dev` and `chaos`.
+//! [`shape`] holds the cluster shape flags of `dev` and `chaos`; [`metrics`] is the Prometheus
+//! exporter of `server` and `agent`, and [`local`] the agent's local port (`/metrics`, `/node`).
 //!
 //! # Exit codes
 //!
@@ -34,6 +35,8 @@ pub mod dev;
 pub mod display;
 pub mod flags;
 pub mod fmt;
+pub mod local;
+pub mod metrics;
 pub mod progress;
 pub mod remote;
 pub mod server;

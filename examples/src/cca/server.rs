@@ -11,7 +11,10 @@
 //!    `--token-file` generates none.
 //! 3. The standard controllers run; on etcd under leader election (`leader/cca-controllers`),
 //!    so several servers can share one etcd and exactly one runs the controllers.
-//! 4. The API (see [`super::api`]) is served on `--listen` until Ctrl-C or SIGTERM.
+//! 4. The API (see [`super::api`]) is served on `--listen` until Ctrl-C or SIGTERM, with
+//!    `GET /metrics` (admin token) in Prometheus' text format: the runner's, the store's
+//!    (every call through [`ccattler_store::Metered`]), the API's and the scheduler's metrics
+//!    (the table: [`ccattler_core::telemetry`]).
 //!    `listening on http://ADDR` is printed on stdout once it accepts connections.
 
 use std::io::Write as _;
@@ -46,7 +49,7 @@ pub enum StoreKind {
     Routes (bearer token on all but /api/enroll): GET /state?prefix=, QUERY /state \
     (POST /state/query), PUT|DELETE /state/{key}, APPLY /config (POST /config), WATCH /changes \
     (GET /changes, server-sent events), GET /api/status, GET /api/nodes, POST /api/tokens, \
-    POST /api/enroll. Errors are JSON: {\"error\": ...}."
+    POST /api/enroll, GET /metrics (Prometheus text format, admin token). Errors are JSON: {\"error\": ...}."
 )]
 pub struct ServerArgs {
     /// Address to listen on (port 0 picks a free port; the address is printed).
@@ -90,7 +93,7 @@ pub fn run(args: &ServerArgs) -> Result<ExitCode, CliError> {
     runtime.block_on(async {
         match args.store {
             StoreKind::Memory => {
-                let store = ccattler_store::MemoryStore::new();
+                let store = ccattler_store::Metered::new(ccattler_store::MemoryStore::new());
                 let runner = TokioRunner::new(store.clone());
                 serve(args, store, runner, "memory").await
             }
@@ -107,6 +110,7 @@ async fn etcd(args: &ServerArgs) -> Result<ExitCode, CliError> {
     let store = ccattler_store::EtcdStore::connect(config)
         .await
         .map_err(|err| CliError::Start(format!("connecting to etcd: {err}")))?;
+    let store = ccattler_store::Metered::new(store);
     let key = ccattler_core::Key::new("leader/cca-controllers")
         .map_err(|err| CliError::Start(err.to_string()))?;
     let identity = format!("cca-server-{}-{}", std::process::id(), args.listen);
@@ -136,6 +140,8 @@ where
         .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+    let metrics = super::metrics::install().map_err(|err| CliError::Start(err.to_string()))?;
+    super::metrics::spawn_upkeep(metrics);
     admin_token(&store, args.token_file.as_deref()).await?;
 
     for controller in standard::all() {

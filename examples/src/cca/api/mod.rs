@@ -14,6 +14,7 @@
 //! | `WATCH /changes`, `GET /changes?prefix=P` | any | server-sent events: `ready` first (`{revision}`), then `put`/`delete` with `id` = revision; resume with `Last-Event-ID: R` (from R + 1); an `error` event with `relist: true` when R was compacted |
 //! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons |
 //! | `GET /api/nodes` | any | every node: status and whether its lease is held |
+//! | `GET /metrics` | admin | every metric of the process in Prometheus' text format ([`metrics`]; the table: [`ccattler_core::telemetry`]) |
 //! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
 //! | `POST /api/enroll` | no token | `{"token": ENROLLMENT, "node": N}` → a credential for node N |
 //! | `/store/...` | any; writes as for `PUT /state` | the store protocol: every `FactStore` operation, values base64 ([`ccattler_store::http_server`], mounted as it is) |
@@ -28,6 +29,7 @@ pub mod auth;
 pub mod changes;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod state;
 
 use std::future::Future;
@@ -113,6 +115,7 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         .route("/api/status", get(config::status::<S>))
         .route("/api/nodes", get(config::nodes::<S>))
         .route("/api/tokens", post(auth::create_enrollment::<S>))
+        .route("/metrics", get(metrics::get_metrics::<S>))
         .route_layer(axum::middleware::from_fn_with_state(
             tokens,
             http_server::authenticate::<auth::TokenAuthorizer<S>>,
@@ -123,6 +126,7 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         .with_state(api)
         .merge(protocol)
         .fallback(error::no_route)
+        .layer(axum::middleware::from_fn(metrics::track))
         .layer(DefaultBodyLimit::max(config.max_body))
 }
 
