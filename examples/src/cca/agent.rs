@@ -6,9 +6,16 @@
 //!    `{state-dir}/credential` by an earlier start; else `--enroll TOKEN` exchanges a one-time
 //!    enrollment token (from `cca token create`) for a credential at `POST /api/enroll`, and
 //!    saves it there (mode 0600), so a restarted agent needs no new token.
+//!    Enrollment goes to the first server that answers.
 //! 2. The credential is checked with one request: a refused credential stops the agent with
 //!    exit 1; an unreachable server does not (the agent keeps running what its cache says and
 //!    connects when the server comes).
+//!
+//! `--server` takes several servers of one cluster (`--store etcd` servers on one etcd),
+//! repeated or comma-separated, and a host name that resolves to several addresses stands for
+//! each of them (resolved once, at start). The agent sticks to one server and fails over to the
+//! next at once when it fails (see `ccattler_store::http` for the policy): its lease, its
+//! credential and its watch are the shared store's, so they carry over.
 //! 3. The standard `NodeAgent` runs over an [`HttpStore`]: it registers the node under a lease
 //!    (`--lease-ttl`), follows its placements, runs them on the runtime (`--runtime process`
 //!    under `{state-dir}/runtime`, `containerd`, or `sim`) and reports what runs.
@@ -28,7 +35,7 @@ use ccattler_core::{FactStore, Runtime, StoreError};
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::process::ProcessRuntime;
 use ccattler_runtime::simulator::SimulatorRuntime;
-use ccattler_store::http::HttpStore;
+use ccattler_store::http::{HttpStore, resolve_endpoints};
 use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -59,9 +66,16 @@ pub enum AgentRuntime {
     the agent and leaves the workloads running for the next start to adopt."
 )]
 pub struct AgentArgs {
-    /// The API server's base URL.
-    #[arg(long, value_name = "URL", env = SERVER_ENV, default_value = DEFAULT_SERVER)]
-    pub server: String,
+    /// The API servers' base URLs, in order of preference: repeat the flag or separate them
+    /// with commas; a host name resolving to several addresses stands for each.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = SERVER_ENV,
+        default_value = DEFAULT_SERVER,
+        value_delimiter = ','
+    )]
+    pub server: Vec<String>,
     /// This node's credential (not an admin token: `CCATTLER_TOKEN`, which the client
     /// commands read, is ignored here).
     #[arg(
@@ -120,19 +134,27 @@ pub struct AgentArgs {
     /// How long an instance gets between SIGTERM and SIGKILL when it is stopped.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
     pub stop_grace: Duration,
-    /// Where the agent serves its node's state (`GET /node`, JSON) and its metrics (`GET
-    /// /metrics`), also while the server is unreachable; 127.0.0.1:7421 by default (no token:
-    /// keep it on loopback).
-    #[arg(long, value_name = "ADDR")]
-    pub local_addr: Option<std::net::SocketAddr>,
     /// How often the secrets this node's instances use are fetched again: a changed secret
     /// reaches them within about this long (a mounted file is rewritten in place, an
     /// environment variable restarts the instance).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
     pub secret_refresh: Duration,
+    /// Where the agent serves its node's state (`GET /node`, JSON) and its metrics (`GET
+    /// /metrics`), also while the server is unreachable; 127.0.0.1:7421 by default (no token:
+    /// keep it on loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub local_addr: Option<std::net::SocketAddr>,
 }
 
 impl AgentArgs {
+    /// A failure to start, naming this agent's node.
+    fn cannot_start(&self, reason: impl Into<String>) -> CliError {
+        CliError::AgentStart {
+            node: self.node.clone(),
+            reason: reason.into(),
+        }
+    }
+
     fn state_dir(&self) -> PathBuf {
         self.state_dir
             .clone()
@@ -172,23 +194,27 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?;
+        .map_err(|err| args.cannot_start(format!("the async runtime: {err}")))?;
     runtime.block_on(async {
         let dir = args.state_dir();
         std::fs::create_dir_all(&dir).map_err(|source| CliError::Write {
             path: dir.clone(),
             source,
         })?;
-        let token = credential(args, &dir).await?;
-        let store = HttpStore::new(args.server.clone(), token);
+        let servers = resolve_endpoints(&args.server).await;
+        if servers.is_empty() {
+            return Err(args.cannot_start("no server: give --server URL (one or more)"));
+        }
+        let token = credential(args, &dir, &servers).await?;
+        let store = HttpStore::with_endpoints(servers.clone(), token);
         match store.revision().await {
             Err(StoreError::Denied(message)) => {
                 eprintln!("cca agent: the server refused this node's credential: {message}");
                 return Ok(ExitCode::from(EXIT_FAILURE));
             }
             Err(err) => eprintln!(
-                "cca agent: {} is not reachable yet ({err}); running from the cache meanwhile",
-                args.server
+                "cca agent: {} not reachable yet ({err}); running from the cache meanwhile",
+                servers.join(", ")
             ),
             Ok(_) => {}
         }
@@ -196,7 +222,7 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
             AgentRuntime::Process => {
                 let root = dir.join("runtime");
                 let runtime = ProcessRuntime::new(&root).map_err(|err| {
-                    CliError::Start(format!("the process runtime in {}: {err}", root.display()))
+                    args.cannot_start(format!("the process runtime in {}: {err}", root.display()))
                 })?;
                 serve(args, store, Arc::new(runtime)).await
             }
@@ -214,7 +240,7 @@ async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliE
         ContainerdRuntime::connect(&args.containerd_socket, &args.containerd_namespace, config)
             .await
             .map_err(|err| {
-                CliError::Start(format!(
+                args.cannot_start(format!(
                     "containerd at {}: {err}",
                     args.containerd_socket.display()
                 ))
@@ -223,10 +249,9 @@ async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliE
 }
 
 #[cfg(not(feature = "containerd"))]
-async fn containerd(_args: &AgentArgs, _store: HttpStore) -> Result<ExitCode, CliError> {
-    Err(CliError::Start(
-        "this cca was built without containerd support; rebuild with `--features containerd`"
-            .to_owned(),
+async fn containerd(args: &AgentArgs, _store: HttpStore) -> Result<ExitCode, CliError> {
+    Err(args.cannot_start(
+        "this cca was built without containerd support; rebuild with `--features containerd`",
     ))
 }
 
@@ -236,18 +261,19 @@ async fn serve<R: Runtime>(
     runtime: Arc<R>,
 ) -> Result<ExitCode, CliError> {
     let mut interrupt = signal(SignalKind::interrupt())
-        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+        .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let mut terminate = signal(SignalKind::terminate())
-        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+        .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
+    let servers = store.endpoints().join(", ");
     let agent = NodeAgent::new(store, runtime, args.config())
-        .map_err(|err| CliError::Start(format!("the agent: {err}")))?;
+        .map_err(|err| args.cannot_start(err.to_string()))?;
     let runtime_name = clap::ValueEnum::to_possible_value(&args.runtime).map_or_else(
         || format!("{:?}", args.runtime),
         |v| v.get_name().to_owned(),
     );
     println!(
-        "cca agent: node {} following {} (runtime: {runtime_name})",
-        args.node, args.server
+        "cca agent: node {} following {servers} (runtime: {runtime_name})",
+        args.node
     );
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let snapshots = super::local::start(args.local_addr).await?;
@@ -268,7 +294,7 @@ async fn serve<R: Runtime>(
 }
 
 /// The node's credential; see the [module docs](self).
-async fn credential(args: &AgentArgs, dir: &Path) -> Result<String, CliError> {
+async fn credential(args: &AgentArgs, dir: &Path, servers: &[String]) -> Result<String, CliError> {
     if let Some(token) = &args.token {
         return Ok(token.clone());
     }
@@ -281,21 +307,13 @@ async fn credential(args: &AgentArgs, dir: &Path) -> Result<String, CliError> {
         return Ok(token.trim().to_owned());
     }
     let Some(enrollment) = &args.enroll else {
-        return Err(CliError::Start(format!(
+        return Err(args.cannot_start(format!(
             "no credential: give --token, or --enroll with a one-time token from \
              `cca token create` (no credential is saved in {})",
             dir.display()
         )));
     };
-    let client = ApiClient::new(&ClientArgs {
-        server: args.server.clone(),
-        token: None,
-    });
-    let body = serde_json::json!({ "token": enrollment, "node": args.node }).to_string();
-    let answer = client
-        .json(Method::POST, "/api/enroll", body)
-        .await?
-        .map_err(|failure| CliError::Api(format!("enrolling: {}", failure.message())))?;
+    let answer = enroll(args, enrollment, servers).await?;
     let token = answer
         .get("token")
         .and_then(serde_json::Value::as_str)
@@ -308,6 +326,34 @@ async fn credential(args: &AgentArgs, dir: &Path) -> Result<String, CliError> {
         saved.display()
     );
     Ok(token)
+}
+
+/// Trades the one-time `enrollment` token for a credential at the first of `servers` that
+/// answers (enrollment tokens live in the shared store: any server redeems them).
+async fn enroll(
+    args: &AgentArgs,
+    enrollment: &str,
+    servers: &[String],
+) -> Result<serde_json::Value, CliError> {
+    let body = serde_json::json!({ "token": enrollment, "node": args.node }).to_string();
+    let mut unreachable = Vec::new();
+    for server in servers {
+        let client = ApiClient::new(&ClientArgs {
+            server: server.clone(),
+            token: None,
+        });
+        match client.json(Method::POST, "/api/enroll", body.clone()).await {
+            Ok(answer) => {
+                return answer
+                    .map_err(|failure| CliError::Api(format!("enrolling: {}", failure.message())));
+            }
+            Err(err) => unreachable.push(err.to_string()),
+        }
+    }
+    Err(args.cannot_start(format!(
+        "cannot enroll: no server answered ({}); start a server or check --server",
+        unreachable.join("; ")
+    )))
 }
 
 #[cfg(test)]
@@ -349,6 +395,29 @@ mod tests {
         assert_eq!(config.taints, ["gpu"]);
         assert_eq!(config.lease_ttl, Duration::from_secs(3));
         assert!(config.cache_dir.ends_with("cca-agent-n7/agent"));
+    }
+
+    #[test]
+    fn servers_are_repeated_or_comma_separated() {
+        use clap::Parser;
+        let cli = super::super::Cli::try_parse_from([
+            "cca",
+            "agent",
+            "--node",
+            "n1",
+            "--server",
+            "http://a:7420,http://b:7420",
+            "--server",
+            "http://c:7420",
+        ])
+        .expect("valid flags");
+        let super::super::Command::Agent(args) = cli.command else {
+            panic!("agent");
+        };
+        assert_eq!(
+            args.server,
+            ["http://a:7420", "http://b:7420", "http://c:7420"]
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | `cca check FILE...` | [`check`] | validates files offline and prints every diagnostic |
 //! | `cca fmt FILE` | [`fmt`] | prints (or writes, or checks) the canonical format |
 //! | `cca completions SHELL` | [`completions`] | shell completions |
-//! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store |
+//! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store; its replica record ([`replica`]) and leadership log ([`leadership`]) |
 //! | `cca agent` | [`agent`] | one node's agent over the API's store protocol (`ccattler_store::http::HttpStore`) |
 //! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], and the store crate's event-stream reader) |
 //!
@@ -35,10 +35,12 @@ pub mod dev;
 pub mod display;
 pub mod flags;
 pub mod fmt;
+pub mod leadership;
 pub mod local;
 pub mod metrics;
 pub mod progress;
 pub mod remote;
+pub mod replica;
 pub mod server;
 pub mod shape;
 
@@ -129,6 +131,22 @@ pub enum CliError {
     /// The dev cluster could not start.
     #[error("cannot start the dev cluster: {0}")]
     Start(String),
+    /// `cca server` could not start.
+    #[error("cannot start the server (--listen {listen}): {reason}")]
+    ServerStart {
+        /// The address it was to listen on.
+        listen: std::net::SocketAddr,
+        /// What failed, and what to do.
+        reason: String,
+    },
+    /// `cca agent` could not start.
+    #[error("cannot start the agent of node {node}: {reason}")]
+    AgentStart {
+        /// The node it runs.
+        node: String,
+        /// What failed, and what to do.
+        reason: String,
+    },
     /// A part of the dev cluster (or of the server) failed while it ran.
     #[error("the dev cluster failed: {0}")]
     Cluster(String),
@@ -200,10 +218,14 @@ pub fn read_source(path: &Path) -> Result<SourceFile, CliError> {
     Ok(SourceFile::new(path.display().to_string(), text))
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors).
+/// The log filter without `RUST_LOG`: warnings and errors, and the servers' leadership changes
+/// ([`leadership`]) at info.
+pub const DEFAULT_LOG_FILTER: &str = "warn,ccattler_examples::cca::leadership=info";
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: [`DEFAULT_LOG_FILTER`]).
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)

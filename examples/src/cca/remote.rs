@@ -329,8 +329,30 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
                 "not converged"
             }
         );
+        if let Some(line) = control_plane_line(&answer["control_plane"]) {
+            println!("{line}");
+        }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The control plane of a `/api/status` answer, for a person: how many replicas are up
+/// (their ids) and which one leads; `None` when the server does not report it.
+pub fn control_plane_line(plane: &Json) -> Option<String> {
+    let replicas = plane["replicas"].as_array()?;
+    let ids: Vec<String> = replicas.iter().map(|r| value_text(&r["id"])).collect();
+    let up = format!(
+        "control plane: {} replica{} up ({})",
+        ids.len(),
+        if ids.len() == 1 { "" } else { "s" },
+        ids.join(", ")
+    );
+    let leader = match (plane["elected"].as_bool(), plane["leader"].as_str()) {
+        (Some(true), Some(leader)) => format!("leader: {leader}"),
+        (Some(true), None) => "leader: none (an election is under way)".to_owned(),
+        _ => "no election (memory store): each server runs its own controllers".to_owned(),
+    };
+    Some(format!("{up}; {leader}"))
 }
 
 /// Runs `cca nodes`.
@@ -383,5 +405,28 @@ pub fn token(args: &TokenArgs) -> Result<ExitCode, CliError> {
                 Ok(ExitCode::SUCCESS)
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_control_plane_line_names_the_replicas_and_the_leader() {
+        let plane = json!({
+            "up": 2, "elected": true, "leader": "b:7420",
+            "replicas": [{"id": "a:7420"}, {"id": "b:7420"}],
+        });
+        assert_eq!(
+            control_plane_line(&plane).as_deref(),
+            Some("control plane: 2 replicas up (a:7420, b:7420); leader: b:7420")
+        );
+        let vacant = json!({"elected": true, "leader": null, "replicas": [{"id": "a"}]});
+        assert_eq!(
+            control_plane_line(&vacant).as_deref(),
+            Some("control plane: 1 replica up (a); leader: none (an election is under way)")
+        );
+        assert_eq!(control_plane_line(&Json::Null), None);
     }
 }

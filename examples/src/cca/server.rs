@@ -10,7 +10,9 @@
 //!    is stored. With etcd, a server that finds an admin token already stored and has no
 //!    `--token-file` generates none.
 //! 3. The standard controllers run; on etcd under leader election (`leader/cca-controllers`),
-//!    so several servers can share one etcd and exactly one runs the controllers.
+//!    so several servers can share one etcd and exactly one runs the controllers. Each server
+//!    registers as a replica (`runner/replica/{id}`, under a lease; see [`super::replica`]) and,
+//!    on etcd, logs every leadership change ([`super::leadership`]); `cca status` shows both.
 //! 4. The API (see [`super::api`]) is served on `--listen` until Ctrl-C or SIGTERM, with
 //!    `GET /metrics` (admin token) in Prometheus' text format: the runner's, the store's
 //!    (every call through [`ccattler_store::Metered`]), the API's and the scheduler's metrics
@@ -78,6 +80,30 @@ pub struct ServerArgs {
     /// Enrollment attempts allowed per client address and minute; more get 429.
     #[arg(long, value_name = "N", default_value_t = 30)]
     pub enroll_per_minute: u32,
+    /// This server's name among the replicas and in the leader election (one key segment);
+    /// `{host name}:{port}` by default.
+    #[arg(long, value_name = "NAME")]
+    pub replica_id: Option<String>,
+}
+
+impl ServerArgs {
+    /// This server's replica id: `--replica-id`, else `{host name}:{port}` (with port 0,
+    /// `{host name}:0-{process id}`, as the port is not known yet).
+    pub fn replica_id(&self) -> String {
+        match (&self.replica_id, self.listen.port()) {
+            (Some(id), _) => id.clone(),
+            (None, 0) => format!("{}-{}", super::replica::default_id(0), std::process::id()),
+            (None, port) => super::replica::default_id(port),
+        }
+    }
+
+    /// A failure to start, naming this server.
+    fn cannot_start(&self, reason: impl Into<String>) -> CliError {
+        CliError::ServerStart {
+            listen: self.listen,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// Runs `cca server`; see the [module docs](self).
@@ -89,7 +115,13 @@ pub fn run(args: &ServerArgs) -> Result<ExitCode, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?;
+        .map_err(|err| args.cannot_start(format!("the async runtime: {err}")))?;
+    if ccattler_core::schema::keys::replica(&args.replica_id()).is_err() {
+        return Err(args.cannot_start(format!(
+            "the replica id {:?} is not one key segment; give --replica-id without `/`",
+            args.replica_id()
+        )));
+    }
     runtime.block_on(async {
         match args.store {
             StoreKind::Memory => {
@@ -109,21 +141,25 @@ async fn etcd(args: &ServerArgs) -> Result<ExitCode, CliError> {
         ccattler_store::EtcdConfig::new(args.etcd.clone()).prefix(args.etcd_prefix.clone());
     let store = ccattler_store::EtcdStore::connect(config)
         .await
-        .map_err(|err| CliError::Start(format!("connecting to etcd: {err}")))?;
+        .map_err(|err| {
+            args.cannot_start(format!(
+                "cannot connect to etcd at {}: {err}; is etcd running there (--etcd)?",
+                args.etcd.join(",")
+            ))
+        })?;
     let store = ccattler_store::Metered::new(store);
-    let key = ccattler_core::Key::new("leader/cca-controllers")
-        .map_err(|err| CliError::Start(err.to_string()))?;
-    let identity = format!("cca-server-{}-{}", std::process::id(), args.listen);
+    let key = ccattler_core::Key::new(super::replica::LEADER_KEY)
+        .map_err(|err| args.cannot_start(err.to_string()))?;
+    let identity = args.replica_id();
     let election = LeaseElection::new(store.clone(), LeaseElectionConfig::new(key, identity));
     let runner = TokioRunner::new(store.clone()).with_election(election);
     serve(args, store, runner, "etcd").await
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn etcd(_args: &ServerArgs) -> Result<ExitCode, CliError> {
-    Err(CliError::Start(
-        "this cca was built without etcd support; rebuild with `--features etcd`".to_owned(),
-    ))
+async fn etcd(args: &ServerArgs) -> Result<ExitCode, CliError> {
+    Err(args
+        .cannot_start("this cca was built without etcd support; rebuild with `--features etcd`"))
 }
 
 async fn serve<S, E>(
@@ -137,12 +173,17 @@ where
     E: LeaderElection,
 {
     let mut interrupt = signal(SignalKind::interrupt())
-        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+        .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let mut terminate = signal(SignalKind::terminate())
-        .map_err(|err| CliError::Start(format!("listening for signals: {err}")))?;
+        .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let metrics = super::metrics::install().map_err(|err| CliError::Start(err.to_string()))?;
     super::metrics::spawn_upkeep(metrics);
-    admin_token(&store, args.token_file.as_deref()).await?;
+    admin_token(&store, args.token_file.as_deref())
+        .await
+        .map_err(|err| match err {
+            CliError::Start(reason) => args.cannot_start(reason),
+            other => other,
+        })?;
 
     for controller in standard::all() {
         runner = runner.controller_arc(controller);
@@ -158,12 +199,29 @@ where
 
     let listener = TcpListener::bind(args.listen)
         .await
-        .map_err(|err| CliError::Start(format!("listening on {}: {err}", args.listen)))?;
+        .map_err(|err| args.cannot_start(format!("cannot listen on {}: {err}", args.listen)))?;
     let addr = listener
         .local_addr()
-        .map_err(|err| CliError::Start(err.to_string()))?;
-    println!("cca server: listening on http://{addr} (store: {kind})");
+        .map_err(|err| args.cannot_start(err.to_string()))?;
+    let id = args.replica_id();
+    println!("cca server: listening on http://{addr} (store: {kind}, replica: {id})");
     let _ = std::io::stdout().flush();
+    let elected = kind == "etcd";
+    let record = super::replica::ReplicaRecord::new(id.clone(), format!("http://{addr}"), elected);
+    let (stop_replica, replica_stopped) = tokio::sync::oneshot::channel::<()>();
+    let replica_task = tokio::spawn(super::replica::register(store.clone(), record, async {
+        let _ = replica_stopped.await;
+    }));
+    let leader_task = elected.then(|| {
+        let key = ccattler_core::Key::new(super::replica::LEADER_KEY);
+        let (store, id) = (store.clone(), id.clone());
+        tokio::spawn(async move {
+            match key {
+                Ok(key) => super::leadership::follow(store, key, id, std::future::pending()).await,
+                Err(err) => tracing::error!("the leader key: {err}"),
+            }
+        })
+    });
 
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ApiConfig {
@@ -186,6 +244,11 @@ where
     if let Ok(Err(err)) = runner_task.await {
         eprintln!("the controllers stopped with an error: {err}");
     }
+    if let Some(task) = leader_task {
+        task.abort();
+    }
+    let _ = stop_replica.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), replica_task).await;
     outcome
 }
 

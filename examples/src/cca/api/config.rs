@@ -131,7 +131,8 @@ pub fn diagnostics_json(diagnostics: &Diagnostics) -> Vec<Json> {
         .collect()
 }
 
-/// `GET /api/status`: one row per service and the number of live nodes.
+/// `GET /api/status`: one row per service, the number of live nodes, and the control plane
+/// ([`control_plane`]).
 pub async fn status<S: FactStore + Clone>(
     State(api): State<ApiState<S>>,
 ) -> Result<Response, ApiError> {
@@ -166,8 +167,33 @@ pub async fn status<S: FactStore + Clone>(
         "nodes": status.nodes,
         "converged": status.is_converged(),
         "services": services,
+        "control_plane": control_plane(&api.store).await?,
     }))
     .into_response())
+}
+
+/// The control plane as the store records it: `{up, replicas: [{id, url, elected, started}],
+/// elected, leader}`. `elected` says whether the replicas run the controllers under leader
+/// election (etcd); `leader` is the id in the leader key, `null` while nobody leads (or
+/// without election).
+///
+/// # Errors
+///
+/// The store's error.
+pub async fn control_plane<S: FactStore>(store: &S) -> Result<Json, ApiError> {
+    let replicas = crate::cca::replica::replicas(store).await?;
+    let key = ccattler_core::Key::new(crate::cca::replica::LEADER_KEY)
+        .map_err(|err| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
+    let leader = store
+        .get(&key)
+        .await?
+        .map(|fact| String::from_utf8_lossy(&fact.value).into_owned());
+    Ok(json!({
+        "up": replicas.len(),
+        "elected": replicas.iter().any(|r| r.elected),
+        "leader": leader,
+        "replicas": replicas,
+    }))
 }
 
 /// `GET /api/nodes`: every node that reported a status or holds a lease.
