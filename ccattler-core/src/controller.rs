@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use crate::{FactView, Key, KeyError, Value};
+use crate::{Event, FactView, Key, KeyError, Value};
 
 /// A proposed change to one fact. Controllers return changes; the runner commits them.
 ///
@@ -117,12 +117,17 @@ impl IdSource for SequentialIds {
 pub struct ReconcileContext<'a> {
     now: SystemTime,
     ids: &'a mut dyn IdSource,
+    events: Vec<Event>,
 }
 
 impl<'a> ReconcileContext<'a> {
     /// A context at wall-clock time `now` drawing ids from `ids`.
     pub fn new(now: SystemTime, ids: &'a mut dyn IdSource) -> Self {
-        ReconcileContext { now, ids }
+        ReconcileContext {
+            now,
+            ids,
+            events: Vec::new(),
+        }
     }
 
     /// The time of this reconcile. Use it instead of reading a clock.
@@ -133,6 +138,19 @@ impl<'a> ReconcileContext<'a> {
     /// A fresh id.
     pub fn new_id(&mut self) -> String {
         self.ids.next_id()
+    }
+
+    /// Records an event explaining this reconcile's changes (stamped with its time). The runner
+    /// writes the events in the same transaction as the changes, and none when the reconcile
+    /// changes nothing (see [`crate::event`]).
+    pub fn record(&mut self, event: Event) {
+        let event = event.at(self.now);
+        self.events.push(event);
+    }
+
+    /// The events recorded so far, taken out (the runner calls it after the reconcile).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
     }
 }
 

@@ -59,6 +59,7 @@ pub mod clock;
 pub mod controller;
 pub mod dynamic;
 pub mod error;
+pub mod event;
 pub mod fact;
 pub mod key;
 pub mod plan;
@@ -77,6 +78,7 @@ pub use controller::{
 };
 pub use dynamic::{DynFactStore, DynRuntime, DynWatch};
 pub use error::StoreError;
+pub use event::{Event, EventRing};
 pub use fact::{EventKind, Fact, LeaseId, Revision, Value, WatchEvent};
 pub use key::{Key, KeyError};
 pub use plan::Plan;

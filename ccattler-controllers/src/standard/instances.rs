@@ -11,6 +11,7 @@ use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileErr
 
 use super::cache::PlanCache;
 use super::cluster::{Instance, Standing};
+use super::events::instance_events;
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///
@@ -169,12 +170,19 @@ impl Controller for InstanceController {
                 stateful: spec.is_some_and(|s| s.stateful),
                 instances: &instances,
             };
-            match cluster.effective.get(service) {
+            let effective = cluster.effective.get(service);
+            match effective {
                 Some(effective) => plan.converge(effective, ctx, &mut changes)?,
                 None => plan.stop_all(&mut changes)?,
             }
             if changes.len() > before {
                 with_changes.insert(service.to_owned());
+                let restart = plan.restart;
+                for event in
+                    instance_events(service, effective, &instances, restart, &changes[before..])
+                {
+                    ctx.record(event);
+                }
             }
         }
         self.cache.finish(with_changes);

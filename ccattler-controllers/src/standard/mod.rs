@@ -22,6 +22,7 @@
 mod cache;
 mod cluster;
 mod endpoints;
+mod events;
 mod instances;
 mod intent;
 mod placement;

@@ -8,6 +8,7 @@ use ccattler_core::schema::{self, Assignment, DesiredState, RecordKey, Unschedul
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cluster::Cluster;
+use super::events::placement_events;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
 use crate::scheduler::{LiveIndex, Placed, Request};
 
@@ -115,6 +116,9 @@ impl Controller for SchedulerController {
             let mut changes = mirror(cluster, facts, &check, pending);
             plan(cluster, index, facts, &mut changes)?;
             spread.suggest(cluster, index, facts, ctx.now(), &mut changes)?;
+            for event in placement_events(facts, &changes) {
+                ctx.record(event);
+            }
             Ok(changes)
         })
     }

@@ -18,6 +18,10 @@ pub struct LoopConfig {
     pub conflict_cap: Duration,
     /// How long shutdown waits for in-flight work before abandoning it. Default 5 s.
     pub shutdown_timeout: Duration,
+    /// How long the [`Event`](crate::Event)s controllers record are kept: the tokio runner
+    /// attaches them to a lease it renews never and replaces every sixth of this, so an event
+    /// lives between this long and a sixth more. Zero writes no events. Default 1 h.
+    pub events_max_age: Duration,
 }
 
 impl Default for LoopConfig {
@@ -31,6 +35,7 @@ impl Default for LoopConfig {
             conflict_base: Duration::from_millis(5),
             conflict_cap: Duration::from_secs(1),
             shutdown_timeout: Duration::from_secs(5),
+            events_max_age: Duration::from_secs(3600),
         }
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct Task<S> {
     pub config: LoopConfig,
     pub seed: u64,
     pub cancel: watch::Receiver<bool>,
+    /// The lease events are attached to; `None` when the runner writes no events.
+    pub events_lease: Option<watch::Receiver<Option<crate::LeaseId>>>,
 }
 
 impl<S: FactStore> Task<S> {
@@ -45,6 +47,9 @@ impl<S: FactStore> Task<S> {
         // The runner checked at setup that every name makes a valid marker key.
         if let Ok(marker) = super::commit_marker(&name) {
             machine.set_commit_marker(marker);
+        }
+        if self.events_lease.is_some() {
+            machine.set_event_writer(&name);
         }
         let limit = self.store.limits().max_txn_ops;
         machine.set_max_changes(limit.saturating_sub(self.fences.len()));
@@ -84,11 +89,15 @@ impl<S: FactStore> Task<S> {
                         );
                         let _entered = span.enter();
                         let started = Instant::now();
+                        if let Some(leases) = &self.events_lease {
+                            machine.set_events_lease(*leases.borrow());
+                        }
                         let mut ctx = ReconcileContext::new(SystemTime::now(), &mut ids);
                         let controller = &self.controller;
                         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                             controller.reconcile(&view, &mut ctx)
                         }));
+                        let events = ctx.take_events();
                         let result = match outcome {
                             Ok(result) => result.map_err(ReconcileFailure::Error),
                             Err(payload) => {
@@ -102,14 +111,18 @@ impl<S: FactStore> Task<S> {
                             "controller" => name.clone()
                         )
                         .record(started.elapsed().as_secs_f64());
-                        machine.reconciled(result);
+                        machine.reconciled_with(result, events);
                     }
                     Action::Commit { mut txn } => {
-                        // The commit marker is the runner's own write, not a change.
+                        // The commit marker and the events are the runner's own writes, not
+                        // changes.
                         let changes = txn
                             .then
                             .iter()
-                            .filter(|op| !op.key().has_prefix(super::COMMIT_MARKERS))
+                            .filter(|op| {
+                                !op.key().has_prefix(super::COMMIT_MARKERS)
+                                    && !op.key().has_prefix(crate::schema::EVENTS)
+                            })
                             .count() as u64;
                         txn.compares.extend(self.fences.iter().cloned());
                         let result = self.store.txn(txn).await;

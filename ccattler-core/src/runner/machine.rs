@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::{Backoff, LoopConfig};
 use crate::{
-    Change, Compare, FactView, Key, KeyError, Op, ReconcileError, Revision, Scan, StoreError, Txn,
-    TxnResponse, WatchEvent,
+    Change, Compare, Event, EventRing, FactView, Key, KeyError, LeaseId, Op, ReconcileError,
+    Revision, Scan, StoreError, Txn, TxnResponse, WatchEvent,
 };
 
 /// After this many conflicts in a row the loop lists again instead of trusting its view.
@@ -81,6 +81,18 @@ pub struct LoopStats {
     pub lists: u64,
     /// Watch events applied to the view.
     pub events: u64,
+    /// [`Event`]s added to a commit (in the store if that commit landed).
+    pub events_written: u64,
+    /// [`Event`]s not written: no events lease yet, no room left in the transaction, or an
+    /// object that is not a valid key path.
+    pub events_dropped: u64,
+}
+
+/// Where a loop writes its controller's [`Event`]s.
+#[derive(Debug)]
+struct EventSink {
+    ring: EventRing,
+    lease: Option<LeaseId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +163,7 @@ pub struct ControllerLoop {
     outbox: VecDeque<Action>,
     stats: LoopStats,
     marker: Option<Key>,
+    events: Option<EventSink>,
 }
 
 impl ControllerLoop {
@@ -197,6 +210,26 @@ impl ControllerLoop {
             outbox: VecDeque::new(),
             stats: LoopStats::default(),
             marker: None,
+            events: None,
+        }
+    }
+
+    /// Writes the [`Event`]s its controller records (see [`crate::event`]) under
+    /// `event/{object}/{writer}/{slot}`, each commit's with its changes, attached to the lease
+    /// [`set_events_lease`](Self::set_events_lease) gives. Without this call, or while no lease
+    /// is set, events are dropped (and counted in [`LoopStats::events_dropped`]).
+    pub fn set_event_writer(&mut self, writer: &str) {
+        self.events = Some(EventSink {
+            ring: EventRing::new(writer),
+            lease: None,
+        });
+    }
+
+    /// The lease events are attached to from now on (the driver rotates it, so that events
+    /// expire after their max age); `None` drops events until one is set.
+    pub fn set_events_lease(&mut self, lease: Option<LeaseId>) {
+        if let Some(sink) = &mut self.events {
+            sink.lease = lease;
         }
     }
 
@@ -379,6 +412,17 @@ impl ControllerLoop {
 
     /// The result of an [`Action::Reconcile`].
     pub fn reconciled(&mut self, result: Result<Vec<Change>, ReconcileFailure>) {
+        self.reconciled_with(result, Vec::new());
+    }
+
+    /// The result of an [`Action::Reconcile`] with the [`Event`]s the controller recorded
+    /// ([`ReconcileContext::take_events`](crate::ReconcileContext::take_events)): written in the
+    /// commit of the changes, or not at all.
+    pub fn reconciled_with(
+        &mut self,
+        result: Result<Vec<Change>, ReconcileFailure>,
+        events: Vec<Event>,
+    ) {
         if self.phase != Phase::Reconciling {
             return;
         }
@@ -437,9 +481,35 @@ impl ControllerLoop {
                 .push(Compare::mod_revision(marker.clone(), held));
             txn.then.push(Op::put(marker.clone(), MARKER_VALUE));
         }
+        self.add_events(&mut txn, events);
         self.in_flight = effective;
         self.phase = Phase::Committing;
         self.outbox.push_back(Action::Commit { txn });
+    }
+
+    /// Adds the events' puts to `txn`, as room and the lease allow.
+    fn add_events(&mut self, txn: &mut Txn, events: Vec<Event>) {
+        let Some(sink) = &mut self.events else {
+            self.stats.events_dropped += events.len() as u64;
+            return;
+        };
+        for mut event in events {
+            let room = txn.then.len() < self.max_changes;
+            let lease = sink.lease.filter(|_| room);
+            let key = lease.map(|_| sink.ring.next_key(&event.object));
+            match (lease, key) {
+                (Some(lease), Some(Ok(key))) => {
+                    event.source = sink.ring.writer().to_owned();
+                    txn.then.push(Op::Put {
+                        key,
+                        value: crate::schema::encode(&event),
+                        lease: Some(lease),
+                    });
+                    self.stats.events_written += 1;
+                }
+                _ => self.stats.events_dropped += 1,
+            }
+        }
     }
 
     /// The result of an [`Action::Commit`].

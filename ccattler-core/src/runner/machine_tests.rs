@@ -469,3 +469,52 @@ fn a_late_commit_of_an_earlier_loop_makes_the_next_one_reconcile_again() {
     l.reconciled(Ok(vec![Change::put(key("out/y"), "mine")]));
     assert_eq!(marker_guard(&expect_commit(&mut l)), Some(Revision(12)));
 }
+
+#[test]
+fn events_ride_in_the_commit_of_their_changes_under_the_events_lease() {
+    let mut l = live_loop();
+    l.set_event_writer("c");
+    let _ = expect_reconcile(&mut l);
+    let placed = || crate::Event::new("web-1", crate::event::reasons::PLACED, "on n1");
+
+    // No lease yet: the changes commit, the event is dropped.
+    l.reconciled_with(Ok(vec![Change::put(key("out/x"), "1")]), vec![placed()]);
+    let txn = expect_commit(&mut l);
+    assert_eq!(txn.then.len(), 1);
+    assert_eq!(l.stats().events_dropped, 1);
+    l.committed(ok(11));
+
+    // With a lease: one more put, attached to it, in the ring of web-1, naming its writer.
+    l.set_events_lease(Some(crate::LeaseId(7)));
+    l.event(put_event("in/b", "2", 12));
+    let _ = expect_reconcile(&mut l);
+    l.reconciled_with(Ok(vec![Change::put(key("out/y"), "1")]), vec![placed()]);
+    let txn = expect_commit(&mut l);
+    let Some(crate::Op::Put {
+        key: k,
+        value,
+        lease,
+    }) = txn.then.last()
+    else {
+        panic!("expected the event's put last: {txn:?}");
+    };
+    assert_eq!(k.as_str(), "event/web-1/c/00");
+    assert_eq!(*lease, Some(crate::LeaseId(7)));
+    let event: crate::Event = serde_json::from_slice(value).unwrap();
+    assert_eq!(
+        (event.source.as_str(), event.message.as_str()),
+        ("c", "on n1")
+    );
+    assert!(
+        txn.compares.iter().all(|c| !c.key.has_prefix("event/")),
+        "events are not guarded"
+    );
+    l.committed(ok(13));
+
+    // A reconcile that changes nothing writes no event.
+    l.event(put_event("in/c", "3", 14));
+    let _ = expect_reconcile(&mut l);
+    l.reconciled_with(Ok(vec![]), vec![placed()]);
+    assert!(l.next_action().is_none());
+    assert_eq!(l.stats().events_written, 1);
+}

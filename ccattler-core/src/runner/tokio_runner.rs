@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::driver::{Exit, Task};
+use super::events_lease::{EventsLeaseSchedule, rotate};
 use super::{LeaderElection, LoopConfig, NoElection, Runner};
 use crate::{Controller, FactStore, StoreError};
 
@@ -155,6 +156,15 @@ impl<S: FactStore + Clone, E: LeaderElection> TokioRunner<S, E> {
     ) -> Term {
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
+        let max_age = self.config.events_max_age;
+        let (events_lease, rotation) = if max_age.is_zero() {
+            (None, None)
+        } else {
+            let (leases_tx, leases_rx) = watch::channel(None);
+            let schedule = EventsLeaseSchedule::new(max_age);
+            let rotation = tokio::spawn(rotate(self.store.clone(), schedule, leases_tx));
+            (Some(leases_rx), Some(rotation))
+        };
         for (index, controller) in self.controllers.iter().enumerate() {
             let task = Task {
                 store: self.store.clone(),
@@ -163,6 +173,7 @@ impl<S: FactStore + Clone, E: LeaderElection> TokioRunner<S, E> {
                 config: self.config.clone(),
                 seed: self.seed.wrapping_add(index as u64),
                 cancel: cancel_rx.clone(),
+                events_lease: events_lease.clone(),
             };
             let name = controller.name().to_owned();
             tasks.spawn(async move { (name, task.run().await) });
@@ -194,6 +205,9 @@ impl<S: FactStore + Clone, E: LeaderElection> TokioRunner<S, E> {
         if drained.is_err() {
             tracing::warn!("controllers did not stop within the shutdown timeout; abandoning them");
             tasks.abort_all();
+        }
+        if let Some(rotation) = rotation {
+            rotation.abort();
         }
         term
     }

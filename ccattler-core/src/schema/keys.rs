@@ -88,6 +88,21 @@ pub fn replica(id: &str) -> Result<Key, KeyError> {
     Key::join(REPLICAS, [segment(id)?])
 }
 
+/// `event/{object}/{writer}/{slot}`: slot `slot` of `writer`'s ring of events about `object` (a
+/// service name, which may be a path, or an instance id). The slot is two digits or more.
+///
+/// # Errors
+///
+/// [`KeyError`] when `object` is not a valid key path or `writer` not a single segment.
+pub fn event(object: &str, writer: &str, slot: u32) -> Result<Key, KeyError> {
+    Key::new(format!("{EVENTS}{object}/{}/{slot:02}", segment(writer)?))
+}
+
+/// The writer name of `node`'s agent in event keys: `node.{node}`.
+pub fn node_event_writer(node: &str) -> String {
+    format!("node.{node}")
+}
+
 /// Node names and instance ids are single key segments.
 fn segment(name: &str) -> Result<&str, KeyError> {
     if name.contains('/') {
@@ -146,6 +161,15 @@ pub enum RecordKey<'k> {
     Rebalance(&'k str),
     /// `runner/replica/{id}`.
     Replica(&'k str),
+    /// `event/{object}/{writer}/{slot}`.
+    Event {
+        /// The service or instance the event is about.
+        object: &'k str,
+        /// Who wrote it: a controller's name, or `node.{node}`.
+        writer: &'k str,
+        /// The slot in the writer's ring for the object.
+        slot: u32,
+    },
 }
 
 impl<'k> RecordKey<'k> {
@@ -198,6 +222,16 @@ impl<'k> RecordKey<'k> {
             RecordKey::Rebalance(n)
         } else if key.starts_with(REPLICAS) {
             RecordKey::Replica(one(REPLICAS)?)
+        } else if let Some(rest) = name(EVENTS) {
+            let mut parts = rest.rsplitn(3, '/');
+            let slot = parts.next()?.parse().ok()?;
+            let writer = parts.next().filter(|w| !w.is_empty())?;
+            let object = parts.next().filter(|o| !o.is_empty())?;
+            RecordKey::Event {
+                object,
+                writer,
+                slot,
+            }
         } else {
             return None;
         };
@@ -227,6 +261,11 @@ impl<'k> RecordKey<'k> {
             RecordKey::Unschedulable(id) => unschedulable(id),
             RecordKey::Rebalance(n) => rebalance(n),
             RecordKey::Replica(id) => replica(id),
+            RecordKey::Event {
+                object,
+                writer,
+                slot,
+            } => event(object, writer, slot),
         }
     }
 
@@ -237,6 +276,14 @@ impl<'k> RecordKey<'k> {
             RecordKey::Instance(id) | RecordKey::Unschedulable(id) => Some(id),
             RecordKey::Placement { instance, .. }
             | RecordKey::ObservedInstance { instance, .. } => Some(instance),
+            _ => None,
+        }
+    }
+
+    /// The object an event key is about, if it is an event's.
+    pub fn event_object(&self) -> Option<&'k str> {
+        match *self {
+            RecordKey::Event { object, .. } => Some(object),
             _ => None,
         }
     }
@@ -279,9 +326,10 @@ fn placement_prefix(node: &str) -> Result<Key, KeyError> {
 }
 
 /// Whether the agent of `node` may write `key`: exactly its liveness key
-/// (`lease/node/{node}`), its status (`observed/node/{node}`) and its reports
-/// (`observed/instance/{node}/{id}`, one segment per id, not `.` or `..`); nothing of any other
-/// node, however the names overlap (`n1` never writes for `n10`).
+/// (`lease/node/{node}`), its status (`observed/node/{node}`), its reports
+/// (`observed/instance/{node}/{id}`, one segment per id, not `.` or `..`) and its own events
+/// (`event/{object}/node.{node}/{slot}`); nothing of any other node, however the names overlap
+/// (`n1` never writes for `n10`).
 pub fn node_may_write(node: &str, key: &str) -> bool {
     let id_ok = |id: &str| id != "." && id != "..";
     if Key::new(key).is_err() {
@@ -292,6 +340,7 @@ pub fn node_may_write(node: &str, key: &str) -> bool {
         Some(RecordKey::ObservedInstance { node: n, instance }) => {
             n == node && id_ok(n) && id_ok(instance)
         }
+        Some(RecordKey::Event { writer, .. }) => id_ok(node) && writer == node_event_writer(node),
         _ => false,
     }
 }

@@ -96,6 +96,8 @@ pub const REBALANCE_MOVES: &str = "status/rebalance/";
 /// Prefix of control-plane replicas (`runner/replica/{id}`): each running server keeps its own
 /// key there, attached to a lease of its own, so the keys present are the replicas up.
 pub const REPLICAS: &str = "runner/replica/";
+/// Prefix of [`Event`](crate::Event)s (`event/{object}/{writer}/{slot}`).
+pub const EVENTS: &str = "event/";
 
 pub mod keys;
 

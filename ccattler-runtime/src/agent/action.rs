@@ -82,6 +82,12 @@ pub enum Action {
         puts: Vec<(Key, Value)>,
         /// Observations to delete.
         deletes: Vec<Key>,
+        /// Events to put, attached to `lease` (see [`ccattler_core::event`]).
+        events: Vec<(Key, Value)>,
+        /// Event keys to delete (the rings of instances no longer placed here).
+        event_deletes: Vec<Key>,
+        /// The node's lease.
+        lease: LeaseId,
     },
     /// Ask the runtime what runs, and the stats of what runs. Report with
     /// [`observed`](super::AgentLoop::observed).
@@ -185,7 +191,7 @@ impl fmt::Display for Action {
             Action::FetchSpec { service, .. } => write!(f, "fetch spec {service}"),
             Action::FetchSecrets { keys } => write!(f, "fetch {} secrets", keys.len()),
             Action::RenewLease { lease } => write!(f, "renew lease {lease}"),
-            Action::Report { puts, deletes } => {
+            Action::Report { puts, deletes, .. } => {
                 write!(f, "report")?;
                 let id = |key: &Key| {
                     RecordKey::parse(key)

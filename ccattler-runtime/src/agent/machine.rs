@@ -2,10 +2,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ccattler_core::schema::{self, Assignment, keys};
-use ccattler_core::{Key, LeaseId, Value};
+use ccattler_core::{EventRing, Key, LeaseId, Value};
 
 use super::action::{Action, Sample};
 use super::cache::Desired;
@@ -164,6 +164,10 @@ pub struct AgentLoop {
     pub(super) missing_secrets: BTreeSet<String>,
     /// When the secrets the placed specs name are fetched again, to see changes.
     pub(super) secrets_refresh_at: Duration,
+    /// The slots of the events this node writes, per instance.
+    pub(super) event_ring: EventRing,
+    /// The wall-clock time of `now` zero, for the events' timestamps.
+    pub(super) epoch: SystemTime,
     pub(super) outbox: VecDeque<Action>,
     /// The cache file is older than [`desired`](Self::desired).
     cache_dirty: bool,
@@ -174,6 +178,7 @@ impl AgentLoop {
     /// A loop for the node `config` describes, starting from `cached` (what the cache file held,
     /// or [`Desired::default`]). The first pass and the first registration are due at once.
     pub fn new(config: AgentConfig, cached: Desired) -> Self {
+        let event_ring = EventRing::new(keys::node_event_writer(&config.node));
         let volumes = config.cache_dir.join("volumes");
         AgentLoop {
             config,
@@ -200,10 +205,18 @@ impl AgentLoop {
             unavailable: BTreeSet::new(),
             missing_secrets: BTreeSet::new(),
             secrets_refresh_at: Duration::ZERO,
+            event_ring,
+            epoch: SystemTime::UNIX_EPOCH,
             outbox: VecDeque::new(),
             cache_dirty: false,
             stats: AgentStats::default(),
         }
+    }
+
+    /// Sets the wall-clock time of `now` zero (the driver's origin), for the timestamps of the
+    /// events the loop writes; the Unix epoch until set.
+    pub fn set_epoch(&mut self, epoch: SystemTime) {
+        self.epoch = epoch;
     }
 
     /// The node's name.
@@ -350,9 +363,23 @@ impl AgentLoop {
                     let changes = self.report_changes(lease);
                     if !changes.applied.is_empty() {
                         self.store_busy = Some(StoreOp::Report(changes.applied));
+                        let mut events = Vec::new();
+                        for (id, event) in changes.events {
+                            if let Ok(key) = self.event_ring.next_key(&id) {
+                                events.push((key, schema::encode(&event)));
+                            }
+                        }
+                        let event_deletes = changes
+                            .gone
+                            .iter()
+                            .flat_map(|id| self.event_ring.forget(id).unwrap_or_default())
+                            .collect();
                         return Some(Action::Report {
                             puts: changes.puts,
                             deletes: changes.deletes,
+                            events,
+                            event_deletes,
+                            lease,
                         });
                     }
                 }

@@ -48,6 +48,7 @@ mod action;
 mod cache;
 mod config;
 mod driver;
+mod events;
 mod inputs;
 mod local;
 mod machine;

@@ -104,11 +104,23 @@ pub async fn store_action<S: FactStore>(
             .await,
         ),
         Action::RenewLease { lease } => Outcome::Renewed(store.keep_alive(lease).await.map(|_| ())),
-        Action::Report { puts, deletes } => {
+        Action::Report {
+            puts,
+            deletes,
+            events,
+            event_deletes,
+            lease,
+        } => {
             let ops: Vec<Op> = puts
                 .into_iter()
                 .map(|(key, value)| Op::put(key, value))
                 .chain(deletes.into_iter().map(Op::delete))
+                .chain(events.into_iter().map(|(key, value)| Op::Put {
+                    key,
+                    value,
+                    lease: Some(lease),
+                }))
+                .chain(event_deletes.into_iter().map(Op::delete))
                 .collect();
             let limit = store.limits().max_txn_ops.max(1);
             Outcome::Reported(

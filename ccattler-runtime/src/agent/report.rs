@@ -2,8 +2,9 @@
 //! the runtime's last observation and the agent's own tracking, written only when it changed.
 
 use ccattler_core::schema::{self, DesiredState, Health, InstanceObservation, ObservedState};
-use ccattler_core::{InstanceState, Key, LeaseId, Value};
+use ccattler_core::{Event, InstanceState, Key, LeaseId, Value};
 
+use super::events::transitions;
 use super::machine::AgentLoop;
 use super::probe::ProbeKind;
 
@@ -14,6 +15,11 @@ pub(super) struct Changes {
     pub puts: Vec<(Key, Value)>,
     /// The keys of observations of instances no longer placed here.
     pub deletes: Vec<Key>,
+    /// The events the changes of state make, by instance id (stamped; keys are the loop's to
+    /// give).
+    pub events: Vec<(String, Event)>,
+    /// The instances no longer placed here, whose event rings go.
+    pub gone: Vec<String>,
     /// For bookkeeping once the report landed: each changed id with its new value (`None`:
     /// deleted).
     pub applied: Vec<(String, Option<Value>)>,
@@ -22,34 +28,44 @@ pub(super) struct Changes {
 impl AgentLoop {
     /// What to write so that the store holds the observations of now.
     pub(super) fn report_changes(&self, lease: LeaseId) -> Changes {
-        let node = &self.config.node;
-        let mut puts = Vec::new();
-        let mut deletes = Vec::new();
-        let mut applied = Vec::new();
-        for id in self.desired.placements.keys() {
-            let value = schema::encode(&self.observation(id, lease));
-            if self.reported.get(id) == Some(&value) {
+        let node = self.config.node.clone();
+        let at = self.epoch + self.now;
+        let mut changes = Changes::default();
+        let ids: Vec<String> = self.desired.placements.keys().cloned().collect();
+        for id in &ids {
+            let observation = self.observation(id, lease);
+            let value = schema::encode(&observation);
+            let before = self.reported.get(id);
+            if before == Some(&value) {
                 continue;
             }
-            if let Ok(key) = schema::keys::observed_instance(node, id) {
-                puts.push((key, value.clone()));
-                applied.push((id.clone(), Some(value)));
-            }
-        }
-        for id in self.reported.keys() {
-            if self.desired.placements.contains_key(id) {
+            let Ok(key) = schema::keys::observed_instance(&node, id) else {
                 continue;
+            };
+            let before: Option<InstanceObservation> =
+                before.and_then(|v| serde_json::from_slice(v).ok());
+            for mut event in transitions(id, before.as_ref(), &observation) {
+                event = event.at(at);
+                event.source = self.event_ring.writer().to_owned();
+                changes.events.push((id.clone(), event));
             }
-            if let Ok(key) = schema::keys::observed_instance(node, id) {
-                deletes.push(key);
-                applied.push((id.clone(), None));
+            changes.puts.push((key, value.clone()));
+            changes.applied.push((id.clone(), Some(value)));
+        }
+        let gone: Vec<String> = self
+            .reported
+            .keys()
+            .filter(|id| !self.desired.placements.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Ok(key) = schema::keys::observed_instance(&node, &id) {
+                changes.deletes.push(key);
+                changes.gone.push(id.clone());
+                changes.applied.push((id, None));
             }
         }
-        Changes {
-            puts,
-            deletes,
-            applied,
-        }
+        changes
     }
 
     /// The observation of one placed instance now.

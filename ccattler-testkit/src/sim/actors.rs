@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure, commit_marker};
-use ccattler_core::{Controller, RandomIds, ReconcileContext, StoreError, WatchEvent};
+use ccattler_core::{Controller, LeaseId, RandomIds, ReconcileContext, StoreError, WatchEvent};
 use ccattler_runtime::agent::{
     self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, StopReason,
 };
@@ -36,6 +36,8 @@ pub(crate) struct ControllerActor {
     pub machine: ControllerLoop,
     pub ids: RandomIds,
     pub max_changes: usize,
+    /// The lease its events are attached to.
+    pub events_lease: Option<LeaseId>,
     /// Whether it runs: always with one runner; only on the leading replica with several.
     pub active: bool,
     pub incarnation: u64,
@@ -50,18 +52,10 @@ impl ControllerActor {
         config: LoopConfig,
         seed: u64,
         max_changes: usize,
+        events_lease: Option<LeaseId>,
     ) -> Self {
         let controller = make();
-        let mut machine = ControllerLoop::new(
-            controller.watches(),
-            controller.write_domain(),
-            config.clone(),
-            seed,
-        );
-        machine.set_max_changes(max_changes);
-        if let Ok(marker) = commit_marker(controller.name()) {
-            machine.set_commit_marker(marker);
-        }
+        let machine = new_loop(&*controller, &config, seed, max_changes, events_lease);
         ControllerActor {
             name: controller.name().to_owned(),
             make,
@@ -70,6 +64,7 @@ impl ControllerActor {
             machine,
             ids: RandomIds::seeded(seed),
             max_changes,
+            events_lease,
             active: true,
             incarnation: 0,
             watch_generation: 0,
@@ -80,20 +75,41 @@ impl ControllerActor {
     /// A new controller object under a new loop: what a restarted process has.
     pub(crate) fn restart(&mut self, seed: u64) {
         self.controller = (self.make)();
-        self.machine = ControllerLoop::new(
-            self.controller.watches(),
-            self.controller.write_domain(),
-            self.config.clone(),
+        self.machine = new_loop(
+            &*self.controller,
+            &self.config,
             seed,
+            self.max_changes,
+            self.events_lease,
         );
-        self.machine.set_max_changes(self.max_changes);
-        if let Ok(marker) = commit_marker(self.controller.name()) {
-            self.machine.set_commit_marker(marker);
-        }
         self.incarnation += 1;
         self.watch_generation += 1;
         self.wake = None;
     }
+}
+
+/// A controller's loop as the tokio runner sets it up: its commit marker, the store's op limit,
+/// and its events under `events_lease`.
+fn new_loop(
+    controller: &dyn Controller,
+    config: &LoopConfig,
+    seed: u64,
+    max_changes: usize,
+    events_lease: Option<LeaseId>,
+) -> ControllerLoop {
+    let mut machine = ControllerLoop::new(
+        controller.watches(),
+        controller.write_domain(),
+        config.clone(),
+        seed,
+    );
+    machine.set_max_changes(max_changes);
+    if let Ok(marker) = commit_marker(controller.name()) {
+        machine.set_commit_marker(marker);
+    }
+    machine.set_event_writer(controller.name());
+    machine.set_events_lease(events_lease);
+    machine
 }
 
 /// One node: its agent (absent while the machine is down), its runtime, its disk.
@@ -258,17 +274,22 @@ impl World {
                 Action::Reconcile { view } => {
                     let at = SystemTime::UNIX_EPOCH + EPOCH + now;
                     let controller = Arc::clone(&c.controller);
-                    let ids = &mut c.ids;
+                    let mut ctx = ReconcileContext::new(at, &mut c.ids);
                     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        let mut ctx = ReconcileContext::new(at, ids);
                         controller.reconcile(&view, &mut ctx)
                     }));
+                    let events = ctx.take_events();
                     let result = match outcome {
                         Ok(result) => result.map_err(ReconcileFailure::Error),
                         Err(_) => Err(ReconcileFailure::Panicked("reconcile panicked".into())),
                     };
                     let incarnation = c.incarnation;
-                    self.answer(actor, incarnation, COMPUTE, Input::Reconciled(result));
+                    self.answer(
+                        actor,
+                        incarnation,
+                        COMPUTE,
+                        Input::Reconciled(result, events),
+                    );
                 }
                 Action::Commit { mut txn } => {
                     txn.compares.extend(fence.clone());
@@ -385,7 +406,9 @@ impl World {
     pub(crate) fn feed(&mut self, actor: usize, input: Input) {
         match (&mut self.actors[actor], input) {
             (Actor::Controller(c), Input::Listed(result)) => c.machine.listed(result),
-            (Actor::Controller(c), Input::Reconciled(result)) => c.machine.reconciled(result),
+            (Actor::Controller(c), Input::Reconciled(result, events)) => {
+                c.machine.reconciled_with(result, events)
+            }
             (Actor::Controller(c), Input::Committed(result)) => c.machine.committed(result),
             (Actor::Node(n), Input::Agent(outcome)) => {
                 if let Some(machine) = n.machine.as_mut() {

@@ -366,15 +366,19 @@ pub(crate) fn commit_writes(writer: &str, txn: &Txn) -> Option<(Invariant, Strin
     None
 }
 
-/// Whether an agent's report stays within its node's keys.
+/// Whether an agent's report stays within its node's keys: its observations and its events.
 pub(crate) fn report_writes(node: &str, keys: &[&Key]) -> Option<(Invariant, String)> {
     let own = schema::keys::node_observations(node).unwrap_or_else(|_| "\0".to_owned());
-    keys.iter().find(|k| !k.has_prefix(&own)).map(|key| {
-        (
-            Invariant::SingleWriter,
-            format!("the agent of {node} wrote {key}, outside {own}"),
-        )
-    })
+    let writer = schema::keys::node_event_writer(node);
+    let its_event = |key: &Key| matches!(schema::RecordKey::parse(key), Some(schema::RecordKey::Event { writer: w, .. }) if w == writer);
+    keys.iter()
+        .find(|k| !k.has_prefix(&own) && !its_event(k))
+        .map(|key| {
+            (
+                Invariant::SingleWriter,
+                format!("the agent of {node} wrote {key}, outside {own}"),
+            )
+        })
 }
 
 /// Whether the control plane wants instance `id` stopped on `node` (or no longer placed there).

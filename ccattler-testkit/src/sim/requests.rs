@@ -110,8 +110,21 @@ impl World {
                         Actor::Node(node) => (node.name.clone(), node.config.lease_ttl),
                         Actor::Controller(_) | Actor::Replica(_) => return,
                     };
-                    if let AgentAction::Report { puts, deletes } = &action {
-                        let keys: Vec<_> = puts.iter().map(|(k, _)| k).chain(deletes).collect();
+                    if let AgentAction::Report {
+                        puts,
+                        deletes,
+                        events,
+                        event_deletes,
+                        ..
+                    } = &action
+                    {
+                        let keys: Vec<_> = puts
+                            .iter()
+                            .chain(events)
+                            .map(|(k, _)| k)
+                            .chain(deletes)
+                            .chain(event_deletes)
+                            .collect();
                         if let Some(broken) = check::report_writes(&node, &keys) {
                             self.violate(broken);
                         }

@@ -86,6 +86,13 @@ impl Simulation {
             ),
         );
         let limit = ccattler_core::FactStore::limits(&world.store).max_txn_ops;
+        // One lease for the controllers' events, outliving any run.
+        let events_lease = world::ready(ccattler_core::FactStore::grant_lease(
+            &world.store,
+            Duration::from_secs(365 * 24 * 3600),
+        ))
+        .ok()
+        .map(|lease| lease.id);
         let elected = builder.replicas > 1;
         for r in 0..builder.replicas {
             let mut controllers = Vec::new();
@@ -95,6 +102,7 @@ impl Simulation {
                     builder.loop_config.clone(),
                     rng.random(),
                     limit,
+                    events_lease,
                 );
                 if elected {
                     actor.name = format!("runner-{}/{}", r + 1, actor.name);

@@ -40,7 +40,10 @@ pub(crate) enum Request {
 #[derive(Debug)]
 pub(crate) enum Input {
     Listed(Result<Vec<Scan>, StoreError>),
-    Reconciled(Result<Vec<Change>, ReconcileFailure>),
+    Reconciled(
+        Result<Vec<Change>, ReconcileFailure>,
+        Vec<ccattler_core::Event>,
+    ),
     Committed(Result<TxnResponse, StoreError>),
     Agent(Outcome),
     Election(ElectionOutcome),
