@@ -143,7 +143,7 @@ async fn etcd(args: &ServerArgs) -> Result<ExitCode, CliError> {
         .await
         .map_err(|err| {
             args.cannot_start(format!(
-                "cannot connect to etcd at {}: {err}; is etcd running there (--etcd)?",
+                "cannot connect to etcd (--etcd {}): {err}",
                 args.etcd.join(",")
             ))
         })?;
