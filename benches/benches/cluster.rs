@@ -4,7 +4,8 @@
 //! disk, in a temporary directory), in real time on a two-worker runtime. (The earlier Go
 //! implementation took 24 to 54 s for the same shape; the target here is at most 1 s.)
 //!
-//! `cargo bench -p ccattler-benches --bench cluster`
+//! `cargo bench -p ccattler-benches --bench cluster`; `..._no_events` is the same run with no
+//! events recorded (runner and agents), the baseline of what events cost.
 
 use std::time::{Duration, Instant};
 
@@ -29,13 +30,14 @@ fn document() -> String {
 
 /// One run: a fresh cluster, then the time from apply to every service reporting all its
 /// instances running.
-async fn converge_once(doc: &str) -> Duration {
+async fn converge_once(doc: &str, events: bool) -> Duration {
     let cluster = TestCluster::builder()
         .nodes(
             NODES,
             Cpu::from_millis(32_000),
             Memory::from_bytes(64 << 30),
         )
+        .events(events)
         .build()
         .await;
     let names: Vec<String> = (0..SERVICES).map(|i| format!("svc{i}")).collect();
@@ -68,7 +70,15 @@ fn converge(c: &mut Criterion) {
     group.bench_function("converge_1000_instances_50_nodes", |b| {
         b.iter_custom(|iters| {
             (0..iters)
-                .map(|_| rt.block_on(converge_once(&doc)))
+                .map(|_| rt.block_on(converge_once(&doc, true)))
+                .sum::<Duration>()
+        });
+    });
+    // The same without events (runner and agents), to measure what they cost.
+    group.bench_function("converge_1000_instances_50_nodes_no_events", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| rt.block_on(converge_once(&doc, false)))
                 .sum::<Duration>()
         });
     });

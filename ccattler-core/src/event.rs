@@ -9,7 +9,7 @@
 //! # Bounded in count and age
 //!
 //! Each writer keeps a ring of [`EVENT_RING`] slots per object: the key of an event is
-//! `event/{object}/{writer}/{slot}` ([`keys::event`](crate::schema::keys::event)), and the
+//! `event/{object}/{writer}/{slot}` ([`keys::event`]), and the
 //! seventeenth event of an object overwrites its first. The runner's events are attached to a
 //! lease that expires after the runner's events max age, so the rings of objects long gone
 //! disappear; an agent's are attached to its node's lease and deleted with the instance's

@@ -43,6 +43,9 @@ pub struct AgentConfig {
     /// mounted file is rewritten in place, an environment variable restarts the instance.
     /// Default 10 s.
     pub secret_refresh_interval: Duration,
+    /// Whether the agent records [events](ccattler_core::event) about its instances (started,
+    /// ready, failed, restarted...) with its reports. Default true.
+    pub events: bool,
     /// How long a stopping instance gets between SIGTERM and SIGKILL. Default 10 s.
     pub stop_grace: Duration,
     /// Delays between retries, one per consecutive failure, the last repeating: of a start that
@@ -73,6 +76,7 @@ impl AgentConfig {
             sync_interval: Duration::from_secs(1),
             resync_interval: Duration::from_secs(30),
             secret_refresh_interval: Duration::from_secs(10),
+            events: true,
             stop_grace: Duration::from_secs(10),
             retry_delays: LoopConfig::default().restart_delays,
             max_backoff: Duration::from_secs(30),
@@ -141,6 +145,13 @@ impl AgentConfig {
     #[must_use]
     pub fn secret_refresh_interval(mut self, every: Duration) -> Self {
         self.secret_refresh_interval = every;
+        self
+    }
+
+    /// Records events or not.
+    #[must_use]
+    pub fn events(mut self, on: bool) -> Self {
+        self.events = on;
         self
     }
 

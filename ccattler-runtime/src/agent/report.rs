@@ -44,7 +44,12 @@ impl AgentLoop {
             };
             let before: Option<InstanceObservation> =
                 before.and_then(|v| serde_json::from_slice(v).ok());
-            for mut event in transitions(id, before.as_ref(), &observation) {
+            let events = if self.config.events {
+                transitions(id, before.as_ref(), &observation)
+            } else {
+                Vec::new()
+            };
+            for mut event in events {
                 event = event.at(at);
                 event.source = self.event_ring.writer().to_owned();
                 changes.events.push((id.clone(), event));

@@ -94,6 +94,7 @@ impl Default for ClusterBuilder {
                 lease_ttl: Duration::from_secs(10),
                 sync_interval: Duration::from_secs(1),
                 pacing: Pacing::default(),
+                events: true,
             },
             loop_config: LoopConfig::default(),
             seed: 0,
@@ -154,6 +155,16 @@ impl ClusterBuilder {
     /// pass at once whatever it is.
     pub fn sync_interval(mut self, every: Duration) -> Self {
         self.agents.sync_interval = every;
+        self
+    }
+
+    /// Whether the runner and the agents record [events](ccattler_core::event) (default true);
+    /// off, the runner's [`LoopConfig::events_max_age`] is zero and the agents write none.
+    pub fn events(mut self, on: bool) -> Self {
+        self.agents.events = on;
+        if !on {
+            self.loop_config.events_max_age = Duration::ZERO;
+        }
         self
     }
 

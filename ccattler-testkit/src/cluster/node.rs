@@ -22,6 +22,8 @@ pub(crate) struct AgentSettings {
     pub(crate) sync_interval: Duration,
     /// How long instances take to start and to stop.
     pub(crate) pacing: Pacing,
+    /// Whether agents record events.
+    pub(crate) events: bool,
 }
 
 /// One node: what survives its agent (the cache directory, the workloads) and the agent.
@@ -79,7 +81,8 @@ impl Node {
         }
         let config = AgentConfig::for_status(self.spec.status.clone(), self.cache.path())
             .lease_ttl(settings.lease_ttl)
-            .sync_interval(settings.sync_interval);
+            .sync_interval(settings.sync_interval)
+            .events(settings.events);
         let agent = NodeAgent::new(store.clone(), Arc::clone(&self.runtime), config)
             .unwrap_or_else(|err| panic!("{err}"));
         self.agent = Some(tokio::spawn(agent.run(std::future::pending())));
