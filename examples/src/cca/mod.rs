@@ -32,6 +32,7 @@ pub mod client;
 pub mod cluster;
 pub mod completions;
 pub mod dev;
+pub mod events;
 pub mod display;
 pub mod flags;
 pub mod fmt;
@@ -104,6 +105,8 @@ pub enum Command {
     Nodes(remote::StatusArgs),
     /// Enrollment tokens for new nodes.
     Token(remote::TokenArgs),
+    /// What the controllers and agents did and why, for a service, an instance or everything.
+    Events(events::EventsArgs),
 }
 
 /// Why a command failed (beyond invalid input, which is reported as diagnostics).
@@ -191,6 +194,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Status(args) => remote::status(&args),
         Command::Nodes(args) => remote::nodes(&args),
         Command::Token(args) => remote::token(&args),
+        Command::Events(args) => events::run(&args),
     }
 }
 

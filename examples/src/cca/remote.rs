@@ -115,7 +115,7 @@ pub enum TokenCommand {
     },
 }
 
-fn block_on<F: Future<Output = Result<ExitCode, CliError>>>(
+pub(crate) fn block_on<F: Future<Output = Result<ExitCode, CliError>>>(
     future: F,
 ) -> Result<ExitCode, CliError> {
     tokio::runtime::Builder::new_current_thread()

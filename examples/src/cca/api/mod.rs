@@ -14,6 +14,7 @@
 //! | `WATCH /changes`, `GET /changes?prefix=P` | any | server-sent events: `ready` first (`{revision}`), then `put`/`delete` with `id` = revision; resume with `Last-Event-ID: R` (from R + 1); an `error` event with `relist: true` when R was compacted |
 //! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons |
 //! | `GET /api/nodes` | any | every node: status and whether its lease is held |
+//! | `GET /api/events?object=X&limit=N` | any | the recorded events, oldest first: about instance X, or service X and its instances ([`events`]) |
 //! | `GET /metrics` | admin | every metric of the process in Prometheus' text format ([`metrics`]; the table: [`ccattler_core::telemetry`]) |
 //! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
 //! | `POST /api/enroll` | no token | `{"token": ENROLLMENT, "node": N}` → a credential for node N |
@@ -29,6 +30,7 @@ pub mod auth;
 pub mod changes;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod metrics;
 pub mod state;
 
@@ -114,6 +116,7 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         )
         .route("/api/status", get(config::status::<S>))
         .route("/api/nodes", get(config::nodes::<S>))
+        .route("/api/events", get(events::get_events::<S>))
         .route("/api/tokens", post(auth::create_enrollment::<S>))
         .route("/metrics", get(metrics::get_metrics::<S>))
         .route_layer(axum::middleware::from_fn_with_state(
