@@ -7,7 +7,9 @@ use std::time::{Instant, SystemTime};
 use futures_util::stream::SelectAll;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::watch;
+use tracing::Instrument;
 
+use super::commit_trace;
 use super::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
 use crate::{Compare, Controller, FactStore, RandomIds, ReconcileContext, Scan, StoreError, Txn};
 
@@ -116,18 +118,20 @@ impl<S: FactStore> Task<S> {
                     Action::Commit { mut txn } => {
                         // The commit marker and the events are the runner's own writes, not
                         // changes.
-                        let changes = txn
-                            .then
-                            .iter()
-                            .filter(|op| {
-                                !op.key().has_prefix(super::COMMIT_MARKERS)
-                                    && !op.key().has_prefix(crate::schema::EVENTS)
-                            })
-                            .count() as u64;
+                        let own = |key: &crate::Key| {
+                            key.has_prefix(super::COMMIT_MARKERS)
+                                || key.has_prefix(crate::schema::EVENTS)
+                        };
+                        let changes = txn.then.iter().filter(|op| !own(op.key())).count() as u64;
+                        let traced = commit_trace::changes(&txn.then, own);
+                        let span = tracing::debug_span!("commit", controller = %name, changes);
                         txn.compares.extend(self.fences.iter().cloned());
-                        let result = self.store.txn(txn).await;
+                        let result = self.store.txn(txn).instrument(span.clone()).await;
                         match &result {
                             Ok(response) if response.succeeded => {
+                                span.in_scope(|| {
+                                    commit_trace::committed(&traced, response.revision);
+                                });
                                 metrics::counter!("ccattler_changes_committed_total", "controller" => name.clone())
                                     .increment(changes);
                             }

@@ -39,6 +39,8 @@ mod machine;
 mod machine_tests;
 
 #[cfg(feature = "tokio")]
+mod commit_trace;
+#[cfg(feature = "tokio")]
 mod driver;
 #[cfg(feature = "tokio")]
 mod events_lease;

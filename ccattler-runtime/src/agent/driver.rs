@@ -16,6 +16,7 @@ use super::cache::Cache;
 use super::local::{self, NodeSnapshot, PASS_DURATION};
 use super::machine::AgentLoop;
 use super::perform::{self, Outcome};
+use super::trace;
 use super::{AgentError, NodeAgent};
 
 /// One action being performed: the outcome once it completes (`None` for an action of another
@@ -113,8 +114,10 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                             }
                             _ => None,
                         };
+                        let span = trace::span(&node, &action, machine.desired());
                         runtime_op = Some(Box::pin(async move {
-                            let outcome = perform::runtime_action(runtime.as_ref(), action).await;
+                            let outcome =
+                                trace::traced_runtime_action(runtime.as_ref(), action, span).await;
                             if let (Some(kind), Some(Outcome::Probed(result))) = (probe, &outcome) {
                                 local::probed(kind, result.is_ok());
                             }

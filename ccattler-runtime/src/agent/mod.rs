@@ -61,6 +61,7 @@ mod report;
 #[cfg(test)]
 mod secret_tests;
 mod spec;
+mod trace;
 
 pub use action::{Action, Lane, Listing, Sample, StopReason};
 pub use cache::{Cache, Desired};

@@ -69,9 +69,28 @@ pub const EXIT_TIMEOUT: u8 = 2;
         Logs go to stderr; set RUST_LOG (for example RUST_LOG=debug) to see more."
 )]
 pub struct Cli {
+    /// How logs are written to stderr: `text` for people, `json` (one object per line, with
+    /// the fields of every enclosing span) for log pipelines.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "CCATTLER_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of the logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The subcommands, one module each.
@@ -162,7 +181,7 @@ pub enum CliError {
 /// printed to stderr with their causes.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.log_format);
     match execute(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -226,12 +245,31 @@ pub fn read_source(path: &Path) -> Result<SourceFile, CliError> {
 /// ([`leadership`]) at info.
 pub const DEFAULT_LOG_FILTER: &str = "warn,ccattler_examples::cca::leadership=info";
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: [`DEFAULT_LOG_FILTER`]).
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let _ = tracing_subscriber::fmt()
+/// Logs to stderr in `format`, filtered by `RUST_LOG` (tracing's directive syntax, such as
+/// `info,ccattler_core::runner=debug`; default: [`DEFAULT_LOG_FILTER`]). A `RUST_LOG` that does
+/// not parse is reported and the default used, rather than silently ignored.
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var(EnvFilter::DEFAULT_ENV) {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
+            .unwrap_or_else(|err| {
+                eprintln!(
+                    "warning: RUST_LOG={directives:?} is not a valid filter ({err}); \
+                     logging with the default {DEFAULT_LOG_FILTER:?}"
+                );
+                EnvFilter::new(DEFAULT_LOG_FILTER)
+            }),
+        _ => EnvFilter::new(DEFAULT_LOG_FILTER),
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(io::stderr)
-        .try_init();
+        .with_writer(io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+    };
 }

@@ -109,9 +109,21 @@ pub(crate) fn start_server(
     store_args: &[impl AsRef<OsStr>],
     n: u32,
 ) -> (Child, String) {
+    start_server_with(dir, listen, store_args, n, &[])
+}
+
+/// [`start_server`] with environment variables set (`RUST_LOG`...).
+pub(crate) fn start_server_with(
+    dir: &Path,
+    listen: &str,
+    store_args: &[impl AsRef<OsStr>],
+    n: u32,
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let log_name = format!("server-{n}.log");
     let log = std::fs::File::create(dir.join(&log_name)).expect("log");
     let mut child = cca()
+        .envs(env.iter().copied())
         .args(["server", "--listen", listen])
         .args(store_args)
         .arg("--token-file")
@@ -161,8 +173,21 @@ pub(crate) fn start_agent(
     enroll: &str,
     extra: &[&str],
 ) -> Child {
+    start_agent_with(dir, url, node, enroll, extra, &[])
+}
+
+/// [`start_agent`] with environment variables set (`RUST_LOG`...).
+pub(crate) fn start_agent_with(
+    dir: &Path,
+    url: &str,
+    node: &str,
+    enroll: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     let log = std::fs::File::create(dir.join(format!("agent-{node}.log"))).expect("log");
     cca()
+        .envs(env.iter().copied())
         .args(["agent", "--server", url, "--node", node, "--enroll", enroll])
         .arg("--state-dir")
         .arg(dir.join(node))

@@ -82,6 +82,17 @@ async fn apply<S: FactStore>(
                     .map(|k| k.as_str().to_owned())
                     .collect::<Vec<_>>()
             };
+            // Where a change's trail starts: the controllers' reconcile and commit spans and
+            // the agents' spans follow from this revision.
+            if let Some(revision) = report.revision {
+                tracing::info!(
+                    revision = revision.get(),
+                    added = ?keys(&report.plan.added),
+                    changed = ?keys(&report.plan.changed),
+                    removed = ?keys(&report.plan.removed),
+                    "applied"
+                );
+            }
             Ok(axum::Json(json!({
                 "dry_run": params.dry_run,
                 "prune": params.prune,
