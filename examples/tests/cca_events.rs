@@ -116,6 +116,20 @@ async fn events_tell_what_happened_to_a_service_and_follow_new_ones() {
         "{vault:#?}"
     );
 
+    // `cca status` names the instance in trouble and why.
+    let status = processes::cca()
+        .args(["status", "--server", &url, "--token", &admin])
+        .output()
+        .expect("cca status");
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("vault: vault-")
+                && l.contains("is pending: missing secret db-pass")),
+        "{status}"
+    );
+
     // --follow prints what comes next.
     let mut follower = cca()
         .args(["events", "web", "--follow", "--json", "--limit", "0"])

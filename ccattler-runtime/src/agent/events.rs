@@ -8,11 +8,13 @@
 //! | became ready / stopped being ready | `Ready` / `NotReady` (with the readiness reason) |
 //! | became failed | `Failed` (with the exit code or the reason) |
 //! | became exited / stopped | `Exited` / `Stopped` |
-//! | pending, with a new reason | `Waiting` (what it waits for: a spec, a missing secret) |
+//! | pending, with a new reason | `Waiting` (what it waits for: a missing secret); not for the moment its spec is being fetched |
 
 use ccattler_core::Event;
 use ccattler_core::event::reasons;
 use ccattler_core::schema::{InstanceObservation, ObservedState};
+
+use super::plan::SPEC_WAIT;
 
 /// The events for instance `id` going from `before` (what the store holds, if anything) to
 /// `after`.
@@ -75,6 +77,7 @@ pub(super) fn transitions(
     }
     if after.state == ObservedState::Pending
         && let Some(reason) = &after.reason
+        && !reason.starts_with(SPEC_WAIT)
         && before.and_then(|b| b.reason.as_ref()) != Some(reason)
     {
         events.push(event(reasons::WAITING, reason.clone()));

@@ -13,6 +13,10 @@ use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::spec::{MissingSecret, init_id, init_spec, instance_spec, restarts};
 
+/// How the reason of an instance whose spec is not fetched yet begins: a wait of a moment,
+/// reported but not worth an event.
+pub(super) const SPEC_WAIT: &str = "waiting for the spec";
+
 /// How long a failed init step waits before its next attempt once its retries are spent.
 const INIT_RETRY_PAUSE: Duration = Duration::from_secs(30);
 
@@ -113,7 +117,7 @@ impl AgentLoop {
                 } else {
                     // Not fetched yet: pending, not failed (a failed instance is replaced).
                     track.waiting = Some(format!(
-                        "waiting for the spec of service {} (version {})",
+                        "{SPEC_WAIT} of service {} (version {})",
                         assignment.service, assignment.version
                     ));
                 }

@@ -318,6 +318,16 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
                     value_text(reason)
                 );
             }
+            for trouble in s["troubled"].as_array().into_iter().flatten() {
+                println!(
+                    "{}: {} on {} is {}: {}",
+                    value_text(&s["name"]),
+                    value_text(&trouble["instance"]),
+                    value_text(&trouble["node"]),
+                    value_text(&trouble["state"]),
+                    value_text(&trouble["reason"])
+                );
+            }
         }
         println!(
             "{} node{} alive; {}",

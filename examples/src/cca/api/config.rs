@@ -157,6 +157,7 @@ pub async fn status<S: FactStore + Clone>(
             present.insert(name.to_owned(), s.present);
         }
     }
+    let troubled = troubled_instances(&api.store).await?;
     let services: Vec<Json> = status
         .services
         .iter()
@@ -170,6 +171,7 @@ pub async fn status<S: FactStore + Clone>(
                 "ready": row.ready,
                 "unplaced": row.unplaced,
                 "reasons": row.reasons,
+                "troubled": troubled.get(&row.name).cloned().unwrap_or_default(),
                 "converged": row.converged,
             })
         })
@@ -181,6 +183,36 @@ pub async fn status<S: FactStore + Clone>(
         "control_plane": control_plane(&api.store).await?,
     }))
     .into_response())
+}
+
+/// Per service, its instances that report a problem: `failed`, or `pending` with a reason (a
+/// missing secret, a spec not fetched yet): `[{instance, node, state, reason}]`.
+async fn troubled_instances<S: FactStore>(
+    store: &S,
+) -> Result<BTreeMap<String, Vec<Json>>, ApiError> {
+    let mut troubled: BTreeMap<String, Vec<Json>> = BTreeMap::new();
+    for fact in store.scan(schema::OBSERVED_INSTANCES).await?.facts {
+        let (Some(RecordKey::ObservedInstance { node, instance }), Ok(seen)) = (
+            RecordKey::parse(&fact.key),
+            schema::decode::<schema::InstanceObservation>(&fact),
+        ) else {
+            continue;
+        };
+        let problem = match seen.state {
+            schema::ObservedState::Failed => true,
+            schema::ObservedState::Pending => seen.reason.is_some(),
+            _ => false,
+        };
+        if problem {
+            troubled.entry(seen.service.clone()).or_default().push(json!({
+                "instance": instance,
+                "node": node,
+                "state": seen.state,
+                "reason": seen.reason,
+            }));
+        }
+    }
+    Ok(troubled)
 }
 
 /// The control plane as the store records it: `{up, replicas: [{id, url, elected, started}],
