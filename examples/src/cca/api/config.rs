@@ -204,12 +204,15 @@ async fn troubled_instances<S: FactStore>(
             _ => false,
         };
         if problem {
-            troubled.entry(seen.service.clone()).or_default().push(json!({
-                "instance": instance,
-                "node": node,
-                "state": seen.state,
-                "reason": seen.reason,
-            }));
+            troubled
+                .entry(seen.service.clone())
+                .or_default()
+                .push(json!({
+                    "instance": instance,
+                    "node": node,
+                    "state": seen.state,
+                    "reason": seen.reason,
+                }));
         }
     }
     Ok(troubled)
