@@ -2,7 +2,8 @@
 //!
 //! # Routes
 //!
-//! Every route but `POST /api/enroll` needs `Authorization: Bearer <token>` (see [`auth`]).
+//! Every route but `POST /api/enroll` and the static files of the page ([`ui`]) needs
+//! `Authorization: Bearer <token>` (see [`auth`]).
 //! Every error is a 4xx/5xx with a JSON body `{"error": "...", ...}`.
 //!
 //! | route | who | what |
@@ -19,6 +20,7 @@
 //! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
 //! | `POST /api/enroll` | no token | `{"token": ENROLLMENT, "node": N}` → a credential for node N |
 //! | `/store/...` | any; writes as for `PUT /state` | the store protocol: every `FactStore` operation, values base64 ([`ccattler_store::http_server`], mounted as it is) |
+//! | `GET /`, `/ui/app.js`, `/ui/app.css` | no token (static, no data) | the web page that watches the cluster; it reads the routes above with the user's token ([`ui`]) |
 //!
 //! # Limits
 //!
@@ -33,6 +35,7 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod state;
+pub mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -128,6 +131,7 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         .merge(authenticated)
         .with_state(api)
         .merge(protocol)
+        .merge(ui::router())
         .fallback(error::no_route)
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(DefaultBodyLimit::max(config.max_body))

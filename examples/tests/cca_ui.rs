@@ -1,0 +1,247 @@
+//! The web page of `cca server` ([`ccattler_examples::cca::api::ui`]).
+//!
+//! - In process: `/` and its script and style sheet are served with their content types and
+//!   the strict Content-Security-Policy, without a token, while every route the page reads
+//!   still answers 401 without one.
+//! - In headless Chromium (Debian's `chromium`), against `cca server` and a `cca agent` as
+//!   separate processes: the page, given the token in its URL fragment, first shows a service
+//!   of 3 instances that cannot be placed (no node yet: not converged, the scheduler's reason);
+//!   then, kept open while an agent joins, shows it converge live from `/changes` (3 running,
+//!   3 ready, every instance running, the node alive) and follows a rollout to the new
+//!   version. Without a token it shows only the sign-in form. The converged page is kept as a
+//!   screenshot in `target/test-artifacts/ui.png` (the directory is created).
+//!
+//! Without chromium the browser test fails under `CI=true` and prints "SKIPPED ..." when run
+//! by hand (`scripts/test` installs it). Run it alone with
+//! `cargo test -p ccattler-examples --test cca_ui`.
+
+mod browser;
+mod common;
+mod processes;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use browser::Browser;
+use ccattler_examples::cca::api::ui::CONTENT_SECURITY_POLICY;
+use common::{Harness, call};
+use http_body_util::BodyExt;
+use hyper::{Method, StatusCode};
+use processes::{Children, admin_token, apply, enrollment_token, start_agent, start_server};
+
+#[tokio::test]
+async fn the_page_is_static_with_a_strict_policy_and_the_api_it_reads_needs_a_token() {
+    let h = Harness::start().await;
+    let anonymous = h.as_token(None);
+    for (path, content_type, marker) in [
+        ("/", "text/html", "<title>CCattler cluster</title>"),
+        (
+            "/index.html",
+            "text/html",
+            "<title>CCattler cluster</title>",
+        ),
+        ("/ui/app.js", "text/javascript", "Last-Event-ID"),
+        ("/ui/app.css", "text/css", "[hidden]"),
+    ] {
+        let response = anonymous
+            .send(Method::GET, path, Bytes::new(), &[])
+            .await
+            .expect("the server answers");
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        assert!(header("content-type").starts_with(content_type), "{path}");
+        assert_eq!(header("content-security-policy"), CONTENT_SECURITY_POLICY);
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(marker), "{path}: {body}");
+        // Static: nothing of the cluster's, and no token.
+        assert!(!body.contains("cca_"), "{path} carries a token");
+    }
+    for policy in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "connect-src 'self'",
+    ] {
+        assert!(CONTENT_SECURITY_POLICY.contains(policy));
+    }
+    assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-inline"));
+
+    for path in [
+        "/api/status",
+        "/api/nodes",
+        "/api/events?limit=50",
+        "/state?prefix=observed/instance/",
+        "/state?prefix=desired/instance/",
+        "/state?prefix=effective/service/",
+        "/changes",
+    ] {
+        let (status, body) = call(&anonymous, "GET", path, Bytes::new()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+        let wrong = h.as_token(Some("cca_wrong"));
+        assert_eq!(
+            call(&wrong, "GET", path, Bytes::new()).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{path}"
+        );
+    }
+    // With the token the page's reads work.
+    for path in [
+        "/api/status",
+        "/api/nodes",
+        "/state?prefix=observed/instance/",
+    ] {
+        assert_eq!(
+            call(&h.admin, "GET", path, Bytes::new()).await.0,
+            StatusCode::OK
+        );
+    }
+    h.stop().await;
+}
+
+const TEST: &str = "the_page_shows_a_service_converge_live_in_headless_chromium";
+
+fn service(command: &str) -> String {
+    format!(
+        "service web {{\n    image busybox\n    command \"{command}\"\n    instances 3\n    \
+         resources {{\n        cpu 100m\n        memory 16Mi\n    }}\n}}\n"
+    )
+}
+
+/// `target/test-artifacts/`, created: beside the directory of the `cca` binary under test.
+fn artifacts() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cca"));
+    let target = bin
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(|| PathBuf::from("target"), Path::to_owned);
+    let dir = target.join("test-artifacts");
+    std::fs::create_dir_all(&dir).expect("create target/test-artifacts");
+    dir
+}
+
+const ROW: &str = "document.querySelector('tr[data-service=\"web\"]')";
+
+#[test]
+fn the_page_shows_a_service_converge_live_in_headless_chromium() {
+    match browser::version() {
+        Ok(version) => eprintln!("{version}"),
+        Err(why) => {
+            browser::skip_or_fail(TEST, &why);
+            return;
+        }
+    }
+    let tempdir = tempfile::tempdir().expect("tempdir");
+    let dir = tempdir.path().to_owned();
+    let mut children = Children::default();
+    let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
+    children.0.push(server);
+    let admin = admin_token(&dir);
+    apply(&dir, &url, &admin, &service("sleep 1000"), &[]);
+    let page = format!("{url}/#token={admin}");
+
+    // Without a token: the sign-in form and nothing of the cluster.
+    let dom = browser::dump_dom(&format!("{url}/"), Duration::from_secs(3));
+    assert!(dom.contains(r#"data-phase="login""#), "{dom}");
+    assert!(!dom.contains("data-service="), "{dom}");
+
+    // No node yet: the service is shown, not converged, with the scheduler's reason.
+    let dom = browser::dump_dom(&page, Duration::from_secs(3));
+    let row = dom
+        .split("<tr ")
+        .find(|tr| tr.starts_with(r#"data-service="web""#))
+        .unwrap_or_else(|| panic!("no row of service web in:\n{dom}"));
+    for attr in [
+        r#"data-desired="3""#,
+        r#"data-running="0""#,
+        r#"data-converged="false""#,
+    ] {
+        assert!(row.contains(attr), "{attr} in {row}");
+    }
+    assert!(dom.contains(r#"data-unplaced="web""#), "{dom}");
+    assert!(dom.contains(r#"data-phase="live""#), "{dom}");
+
+    // The page kept open: it follows /changes while an agent joins and the service converges.
+    let mut chrome = Browser::open(&page, &dir.join("chromium.log"));
+    chrome.wait_until(
+        "web shown unplaced",
+        &format!("{ROW} !== null && {ROW}.dataset.converged === 'false'"),
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        chrome.eval("location.hash"),
+        "",
+        "the token leaves the address bar"
+    );
+    let changes_before = chrome.eval("Number(document.body.dataset.changes || 0)");
+    let enroll = enrollment_token(&url, &admin);
+    children.0.push(start_agent(
+        &dir,
+        &url,
+        "n1",
+        &enroll,
+        &["--runtime", "sim", "--cpu", "4", "--memory", "4Gi"],
+    ));
+    chrome.wait_until(
+        "web converged: 3 running, 3 ready",
+        &format!(
+            "{ROW}.dataset.running === '3' && {ROW}.dataset.ready === '3' \
+             && {ROW}.dataset.converged === 'true'"
+        ),
+        Duration::from_secs(60),
+    );
+    chrome.wait_until(
+        "3 instances running, node n1 alive",
+        "document.querySelectorAll('tr[data-instance][data-state=\"running\"]').length === 3 \
+         && document.querySelector('tr[data-node=\"n1\"]')?.dataset.alive === 'true' \
+         && document.body.dataset.phase === 'live' \
+         && document.getElementById('unplaced').children.length === 0",
+        Duration::from_secs(20),
+    );
+    let changes = chrome.eval("Number(document.body.dataset.changes || 0)");
+    assert!(
+        changes.as_u64() > changes_before.as_u64(),
+        "the page applied changes from the stream: {changes_before} → {changes}"
+    );
+    let rollout = chrome.eval(&format!("{ROW}.dataset.rollout"));
+    assert_eq!(rollout, "done", "one version");
+
+    // Events, when the server records them (`GET /api/events`), show on the page.
+    chrome.wait_until(
+        "the events panel: events, or saying there are none",
+        "document.querySelectorAll('tr[data-event]').length > 0 \
+         || !document.getElementById('no-events').hidden",
+        Duration::from_secs(10),
+    );
+    let events = chrome.eval("document.querySelectorAll('tr[data-event]').length");
+    eprintln!("the page shows {events} events");
+
+    let shot = artifacts().join("ui.png");
+    chrome.screenshot(&shot);
+    eprintln!("screenshot: {}", shot.display());
+
+    // A new version rolls out: the page follows to the new version.
+    let before = chrome.eval(&format!("{ROW}.children[6].textContent"));
+    apply(&dir, &url, &admin, &service("sleep 2000"), &[]);
+    chrome.wait_until(
+        "the rollout done at a new version",
+        &format!(
+            "{ROW}.dataset.rollout === 'done' && {ROW}.dataset.converged === 'true' \
+             && {ROW}.children[6].textContent !== {before}"
+        ),
+        Duration::from_secs(60),
+    );
+}
