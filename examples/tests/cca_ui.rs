@@ -7,8 +7,10 @@
 //!   separate processes: the page, given the token in its URL fragment, first shows a service
 //!   of 3 instances that cannot be placed (no node yet: not converged, the scheduler's reason);
 //!   then, kept open while an agent joins, shows it converge live from `/changes` (3 running,
-//!   3 ready, every instance running, the node alive) and follows a rollout to the new
-//!   version. Without a token it shows only the sign-in form. The converged page is kept as a
+//!   3 ready, every instance running, the node alive). Its stream then breaks (a proxy
+//!   in front of the server cuts it) while a new version rolls out: it says it is reconnecting, resumes with
+//!   `Last-Event-ID` and shows the new version's instances only. Without a token it shows only
+//!   the sign-in form. The converged page is kept as a
 //!   screenshot in `target/test-artifacts/ui.png` (the directory is created).
 //!
 //! Without chromium the browser test fails under `CI=true` and prints "SKIPPED ..." when run
@@ -24,11 +26,15 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use browser::Browser;
+use browser::proxy::Proxy;
 use ccattler_examples::cca::api::ui::CONTENT_SECURITY_POLICY;
+use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use common::{Harness, call};
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
-use processes::{Children, admin_token, apply, enrollment_token, start_agent, start_server};
+use processes::{
+    Children, admin_token, apply, enrollment_token, running, start_agent, start_server, wait_for,
+};
 
 #[tokio::test]
 async fn the_page_is_static_with_a_strict_policy_and_the_api_it_reads_needs_a_token() {
@@ -151,10 +157,12 @@ fn the_page_shows_a_service_converge_live_in_headless_chromium() {
     children.0.push(server);
     let admin = admin_token(&dir);
     apply(&dir, &url, &admin, &service("sleep 1000"), &[]);
-    let page = format!("{url}/#token={admin}");
+    // The browser goes through a proxy, to break its stream later.
+    let proxy = Proxy::start(url.trim_start_matches("http://"));
+    let page = format!("{}/#token={admin}", proxy.url());
 
     // Without a token: the sign-in form and nothing of the cluster.
-    let dom = browser::dump_dom(&format!("{url}/"), Duration::from_secs(3));
+    let dom = browser::dump_dom(&format!("{}/", proxy.url()), Duration::from_secs(3));
     assert!(dom.contains(r#"data-phase="login""#), "{dom}");
     assert!(!dom.contains("data-service="), "{dom}");
 
@@ -233,15 +241,58 @@ fn the_page_shows_a_service_converge_live_in_headless_chromium() {
     chrome.screenshot(&shot);
     eprintln!("screenshot: {}", shot.display());
 
-    // A new version rolls out: the page follows to the new version.
+    // The stream breaks (the proxy cuts it and refuses to connect) while a new version rolls
+    // out: the page
+    // says it is reconnecting, then resumes with Last-Event-ID and catches up. The instances
+    // are only updated from the stream, so no old instance left on the page means the changes
+    // made while it was offline came through.
+    let old_ids = chrome.eval(INSTANCE_IDS);
     let before = chrome.eval(&format!("{ROW}.children[6].textContent"));
-    apply(&dir, &url, &admin, &service("sleep 2000"), &[]);
+    proxy.cut();
     chrome.wait_until(
-        "the rollout done at a new version",
+        "reconnecting once the stream is cut",
+        "document.body.dataset.phase === 'reconnecting'",
+        Duration::from_secs(20),
+    );
+    apply(&dir, &url, &admin, &service("sleep 2000"), &[]);
+    // The rollout completes while the page is cut off, so it learns of it from the resumed
+    // stream alone.
+    let old: Vec<String> = serde_json::from_value(old_ids.clone()).expect("instance ids");
+    rolled_out(&url, &admin, &old);
+    proxy.restore();
+    chrome.wait_until(
+        "the rollout done at a new version, on a resumed stream",
         &format!(
             "{ROW}.dataset.rollout === 'done' && {ROW}.dataset.converged === 'true' \
-             && {ROW}.children[6].textContent !== {before}"
+             && {ROW}.children[6].textContent !== {before} \
+             && Number(document.body.dataset.streams) >= 2 \
+             && document.body.dataset.phase === 'live' \
+             && {INSTANCE_IDS}.length === 3 \
+             && {INSTANCE_IDS}.every((id) => !{old_ids}.includes(id)) \
+             && document.querySelectorAll('tr[data-instance][data-state=\"running\"]').length === 3"
         ),
         Duration::from_secs(60),
     );
 }
+
+/// Waits (through the API) until 3 instances run, none of them one of `old`.
+fn rolled_out(url: &str, admin: &str, old: &[String]) {
+    let client = ApiClient::new(&ClientArgs {
+        server: url.to_owned(),
+        token: Some(admin.to_owned()),
+    });
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(wait_for(
+        "3 new instances running",
+        Duration::from_secs(60),
+        async || {
+            let by_node = running(&client).await;
+            let ids: Vec<&String> = by_node.values().flat_map(|m| m.keys()).collect();
+            (ids.len() == 3 && ids.iter().all(|id| !old.contains(id))).then_some(())
+        },
+    ));
+}
+
+/// The ids of the instances the page shows.
+const INSTANCE_IDS: &str =
+    "[...document.querySelectorAll('tr[data-instance]')].map((tr) => tr.dataset.instance)";

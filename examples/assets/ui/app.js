@@ -261,6 +261,8 @@ function dispatch(s, event, onReady) {
   }
   if (event.type === "ready") {
     if (s.lastId === null && typeof data.revision === "number") s.lastId = data.revision;
+    const streams = Number(document.body.dataset.streams || 0) + 1;
+    document.body.dataset.streams = String(streams);
     document.body.dataset.phase = "live";
     $("connection").textContent = "live";
     onReady();

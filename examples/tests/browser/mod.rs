@@ -3,10 +3,14 @@
 //! on a pipe (`--remote-debugging-pipe`: JSON messages ended by NUL on fds 3 and 4, which a
 //! shell sets up from the child's stdin and stdout).
 //!
+//! [`proxy`] breaks the browser's connections on purpose.
+//!
 //! Every run has its own temporary profile (`--user-data-dir`) and `--no-sandbox`, which
 //! Chromium needs as root.
 
 #![allow(dead_code)]
+
+pub(crate) mod proxy;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -53,8 +53,8 @@
 //! Each service's row is `<tr data-service=NAME data-desired data-placed data-running
 //! data-ready data-converged=true|false>`; each instance's `<tr data-instance=ID
 //! data-state>`; each node's `<tr data-node=NAME data-alive>`; `<body data-phase>` is `login`,
-//! `loading`, `live` or `reconnecting`, and `<body data-changes>` counts the changes applied
-//! from the stream.
+//! `loading`, `live` or `reconnecting`; `<body data-streams>` counts the connections to
+//! `/changes` established and `data-changes` the changes applied from them.
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
