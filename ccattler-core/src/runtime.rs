@@ -94,6 +94,15 @@ impl InstanceSpec {
 pub enum InstanceState {
     /// Being prepared (image, working directory, init); not yet running.
     Starting,
+    /// Its image is being pulled from a registry; it starts once the pull is done.
+    Pulling {
+        /// The image reference.
+        image: String,
+        /// Bytes of the image's blobs that are in the node's store so far.
+        done: u64,
+        /// Bytes of all its blobs (zero until the manifest is read).
+        total: u64,
+    },
     /// Running.
     Running,
     /// Ended on its own with an exit code (128 + signal number when killed by a signal).
@@ -175,6 +184,16 @@ pub enum RuntimeError {
     ImageNotFound {
         /// The image reference.
         image: String,
+    },
+    /// The image could not be pulled from its registry (unreachable, credentials refused, no
+    /// such image, corrupt data, no build for this node's platform); the reason says which, and
+    /// what to do. Nothing half-pulled is kept or used.
+    #[error("cannot pull image {image}: {reason}")]
+    ImagePull {
+        /// The image reference.
+        image: String,
+        /// What went wrong and what to do about it.
+        reason: String,
     },
     /// The command to run does not exist.
     #[error("command {command:?} not found")]

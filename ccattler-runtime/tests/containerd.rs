@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ccattler_core::{InstanceSpec, InstanceState, ObservedInstance, Runtime, RuntimeError};
 use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busybox_archive};
-use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
+use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime, PullPolicy};
 use ccattler_testkit::runtime_conformance::{RuntimeHarness, run_runtime_conformance};
 use tokio::sync::OnceCell;
 
@@ -20,7 +20,10 @@ const SCRIPT: &str = "echo hello; echo oops >&2; trap 'exit 143' TERM; sleep 100
 const LONG: [&str; 3] = ["sh", "-c", SCRIPT];
 
 fn config() -> ContainerdConfig {
-    ContainerdConfig::default().state_dir(std::env::temp_dir().join("ccattler-containerd-tests"))
+    // Imported images only: a missing one is ImageNotFound, not a pull (tests/containerd_pull.rs).
+    ContainerdConfig::default()
+        .state_dir(std::env::temp_dir().join("ccattler-containerd-tests"))
+        .pull_policy(PullPolicy::Never)
 }
 
 /// Connects and makes sure the busybox image is imported; `None` (after saying so) when

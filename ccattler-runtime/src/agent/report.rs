@@ -106,6 +106,10 @@ impl AgentLoop {
                 };
             }
             Some(InstanceState::Starting) => report.state = ObservedState::Starting,
+            Some(InstanceState::Pulling { image, done, total }) => {
+                report.state = ObservedState::Pulling;
+                report.reason = Some(format!("pulling {image}: {done} of {total} bytes"));
+            }
             Some(InstanceState::Running) => report.state = ObservedState::Running,
             Some(InstanceState::Stopped) => report.state = ObservedState::Stopped,
             Some(InstanceState::Exited { code }) => {

@@ -163,7 +163,7 @@ async fn write_blob(
 }
 
 /// Creates the image record, or points an existing one at the new target.
-async fn save_image(
+pub(super) async fn save_image(
     conn: &Conn,
     lease: &Lease,
     name: &str,

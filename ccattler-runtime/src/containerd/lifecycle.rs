@@ -86,8 +86,9 @@ impl Inner {
         self.start_task(&spec.id).await
     }
 
-    /// Creates everything: unpacked image, snapshot, container record, task; and starts it.
+    /// Creates everything: pulled and unpacked image, snapshot, container record, task; and starts it.
     async fn create(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
+        self.ensure_image(&spec.id, &spec.image).await?;
         let image = resolve(&self.conn, &spec.image).await?;
         let dir = self.instance_dir(&spec.id);
         let files = write_files(&dir, spec).await?;

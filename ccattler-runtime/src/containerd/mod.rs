@@ -8,9 +8,13 @@
 //! # Expected flow
 //!
 //! 1. [`ContainerdRuntime::connect`] to the socket, with one containerd namespace per cluster.
-//! 2. Put the image into containerd's store: [`ContainerdRuntime::import_oci_archive`] imports an
-//!    OCI image layout tarball (no registry is needed; containerd 1.6 has no Transfer service, so
-//!    the content, images and diff services do the work).
+//! 2. The image comes from its registry: [`Runtime::ensure_running`] pulls it as the
+//!    [`PullPolicy`] says (if not present, by default), through the registry settings of
+//!    [`RegistryConfig`] (credentials, registries over plain HTTP); meanwhile the instance is
+//!    observed as [`InstanceState::Pulling`] with the bytes pulled so far. Or put it into
+//!    containerd's store beforehand: [`ContainerdRuntime::import_oci_archive`] imports an OCI image
+//!    layout tarball. containerd 1.6 has no Transfer service, so both go through the content,
+//!    images and diff services.
 //! 3. [`Runtime::ensure_running`]: under a lease (containerd's GC would otherwise sweep a fresh
 //!    snapshot), the image is unpacked if needed, a snapshot is prepared for the rootfs and the
 //!    container is created with an OCI spec built from the [`InstanceSpec`]; then the task is
@@ -28,6 +32,11 @@
 //!   for an image not in the store, [`RuntimeError::CommandNotFound`] for a program missing from
 //!   the image, [`RuntimeError::StartFailed`] otherwise. A socket nobody answers on is
 //!   [`RuntimeError::Unreachable`]; nothing panics.
+//! - A pull that fails (registry unreachable, credentials refused, no such image, a blob that
+//!   does not match its digest, no build for this node's platform) is [`RuntimeError::ImagePull`]
+//!   with the reason and what to do. Every blob is verified by digest, by us and by containerd,
+//!   before it is committed, and the image record is written only once all its blobs are in:
+//!   nothing half-pulled is ever used. Two instances of one image do not pull it twice at once.
 //!
 //! # Caveats
 //!
@@ -43,15 +52,19 @@
 //!   [`RuntimeError::Unreachable`] with containerd's message.
 
 mod client;
+mod content;
 mod exec;
 mod files;
 mod image;
 mod import;
 mod lifecycle;
 mod observe;
+mod pull;
+mod registry;
 mod spec;
 mod stop;
 pub mod test_image;
+pub mod test_registry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -63,6 +76,8 @@ use ccattler_core::{ExecOutput, InstanceSpec, InstanceStats, ObservedInstance, R
 use ccattler_core::{FileSpec, InstanceState, RuntimeError};
 
 use client::Conn;
+use pull::ImagePull;
+pub use registry::{CredentialsError, PullPolicy, RegistryConfig, RegistryCredentials};
 
 /// Settings of a [`ContainerdRuntime`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,8 +92,13 @@ pub struct ContainerdConfig {
     /// Where log files and the spec's files go (`<dir>/<namespace>/<id>/`). Default
     /// `/var/lib/ccattler/containerd`.
     pub state_dir: PathBuf,
-    /// How long connecting may take, and how long a killed task may take to end. Default 10 s.
+    /// How long connecting may take, and how long a killed task may take to end; also how long
+    /// connecting to a registry may take. Default 10 s.
     pub timeout: Duration,
+    /// When images are pulled from their registry. Default [`PullPolicy::IfNotPresent`].
+    pub pull_policy: PullPolicy,
+    /// How registries are reached (credentials, plain-HTTP registries).
+    pub registry: RegistryConfig,
 }
 
 impl Default for ContainerdConfig {
@@ -89,6 +109,8 @@ impl Default for ContainerdConfig {
             runtime: "io.containerd.runc.v2".to_owned(),
             state_dir: PathBuf::from("/var/lib/ccattler/containerd"),
             timeout: Duration::from_secs(10),
+            pull_policy: PullPolicy::default(),
+            registry: RegistryConfig::default(),
         }
     }
 }
@@ -121,6 +143,27 @@ impl ContainerdConfig {
         self.timeout = timeout;
         self
     }
+
+    /// Sets the pull policy.
+    #[must_use]
+    pub fn pull_policy(mut self, policy: PullPolicy) -> Self {
+        self.pull_policy = policy;
+        self
+    }
+
+    /// Sets the registry credentials file (see [`RegistryConfig::credentials_file`]).
+    #[must_use]
+    pub fn registry_credentials(mut self, file: impl Into<PathBuf>) -> Self {
+        self.registry.credentials_file = Some(file.into());
+        self
+    }
+
+    /// Adds a registry spoken to over plain HTTP (`HOST` or `HOST:PORT`).
+    #[must_use]
+    pub fn insecure_registry(mut self, registry: impl Into<String>) -> Self {
+        self.registry.insecure.push(registry.into());
+        self
+    }
 }
 
 /// A [`Runtime`] on containerd. Cheap to clone: clones share the connection.
@@ -141,6 +184,10 @@ struct Inner {
     cpu_samples: Mutex<HashMap<String, (u64, Instant)>>,
     /// One lock per instance id, so that two calls on one instance do not interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One entry per image ever pulled: its lock (one pull at a time) and progress.
+    pulls: Mutex<HashMap<String, Arc<ImagePull>>>,
+    /// The instances whose image is being pulled, with the image and its pull.
+    pulling: Mutex<BTreeMap<String, (String, Arc<ImagePull>)>>,
 }
 
 impl ContainerdRuntime {
@@ -164,6 +211,8 @@ impl ContainerdRuntime {
                 failed: Mutex::default(),
                 cpu_samples: Mutex::default(),
                 locks: Mutex::default(),
+                pulls: Mutex::default(),
+                pulling: Mutex::default(),
             }),
         })
     }
@@ -195,6 +244,18 @@ impl ContainerdRuntime {
     }
 }
 
+impl ContainerdRuntime {
+    /// Whether containerd's store has an image record named `name` (pulled or imported). A pull
+    /// that failed leaves none.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Unreachable`] when containerd fails.
+    pub async fn has_image(&self, name: &str) -> Result<bool, RuntimeError> {
+        pull::has_image(&self.inner.conn, name).await
+    }
+}
+
 impl Inner {
     fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,6 +277,23 @@ impl Inner {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The instances whose image is being pulled, observed as pulling.
+    fn pulling_now(&self) -> Vec<(String, InstanceState)> {
+        let pulling = self.pulling.lock().unwrap_or_else(|e| e.into_inner());
+        let state = |image: &String, pull: &ImagePull| {
+            let (done, total) = pull.progress();
+            InstanceState::Pulling {
+                image: image.clone(),
+                done,
+                total,
+            }
+        };
+        pulling
+            .iter()
+            .map(|(id, (image, pull))| (id.clone(), state(image, pull)))
+            .collect()
     }
 
     /// The snapshotter new containers use now.
@@ -275,8 +353,17 @@ impl Runtime for ContainerdRuntime {
                 instance.state = InstanceState::Failed { reason };
             }
         }
+        let pulling = self.inner.pulling_now();
+        for (id, _) in &pulling {
+            failures.remove(id);
+        }
         for (id, reason) in failures {
             observed.push(ObservedInstance::new(id, InstanceState::Failed { reason }));
+        }
+        for (id, state) in pulling {
+            if !observed.iter().any(|o| o.id == id) {
+                observed.push(ObservedInstance::new(id, state));
+            }
         }
         Ok(observed)
     }
