@@ -128,3 +128,32 @@ impl Cache {
         &self.path
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn the_cache_is_private_from_its_first_byte_and_round_trips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Cache::new(dir.path());
+        // A temp file a crash left, readable by everyone: not reused as it is.
+        let temp = cache.path().with_extension("json.tmp");
+        std::fs::write(&temp, b"stale").expect("write");
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let mut desired = Desired::default();
+        desired
+            .secrets
+            .insert("db-pass".into(), b"hunter2".to_vec());
+        cache.save(&desired).expect("save");
+        let mode = std::fs::metadata(cache.path())
+            .expect("metadata")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!temp.exists(), "renamed into place");
+        assert_eq!(cache.load(), desired);
+    }
+}
