@@ -81,6 +81,8 @@ async fn the_page_is_static_with_a_strict_policy_and_the_api_it_reads_needs_a_to
         "default-src 'none'",
         "script-src 'self'",
         "connect-src 'self'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
     ] {
         assert!(CONTENT_SECURITY_POLICY.contains(policy));
     }
@@ -273,6 +275,61 @@ fn the_page_shows_a_service_converge_live_in_headless_chromium() {
         ),
         Duration::from_secs(60),
     );
+
+    // How a rollout in progress reads, from the page's own function over made-up records.
+    let text = chrome.eval(
+        "cluster.effective.set('effective/service/x', {instances: 4, version: 'v2'}); \
+         for (const [id, version] of [['a', 'v2'], ['b', 'v2'], ['c', 'v1'], ['d', 'v1']]) \
+           cluster.desired.set('desired/instance/' + id, {service: 'x', version}); \
+         rollout('x').text",
+    );
+    assert_eq!(text, "rolling out: 2 of 4 at new version (version v2)");
+    drop(chrome);
+
+    // Signing in by hand: a wrong token is refused and the form says so; the right one shows
+    // the cluster.
+    let mut chrome = Browser::open(&format!("{}/", proxy.url()), &dir.join("chromium-2.log"));
+    chrome.wait_until(
+        "the sign-in form",
+        "document.body.dataset.phase === 'login' && !document.getElementById('login').hidden",
+        Duration::from_secs(20),
+    );
+    chrome.eval(&sign_in("cca_wrong"));
+    chrome.wait_until(
+        "the wrong token refused",
+        "document.body.dataset.phase === 'login' \
+         && document.getElementById('login-error').textContent.includes('refused')",
+        Duration::from_secs(20),
+    );
+    chrome.eval(&sign_in(&admin));
+    chrome.wait_until(
+        "signed in: web converged",
+        &format!(
+            "document.body.dataset.phase === 'live' && {ROW} !== null \
+             && {ROW}.dataset.converged === 'true'"
+        ),
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        chrome.eval("sessionStorage.getItem('ccattler.token')"),
+        admin.as_str()
+    );
+    chrome.eval("document.getElementById('sign-out').click()");
+    chrome.wait_until(
+        "signed out: the form, no data kept",
+        "document.body.dataset.phase === 'login' \
+         && sessionStorage.getItem('ccattler.token') === null",
+        Duration::from_secs(20),
+    );
+}
+
+/// A script filling the sign-in form with `token` and submitting it.
+fn sign_in(token: &str) -> String {
+    format!(
+        "document.getElementById('token').value = {}; \
+         document.getElementById('login').requestSubmit(); true",
+        serde_json::Value::from(token)
+    )
 }
 
 /// Waits (through the API) until 3 instances run, none of them one of `old`.

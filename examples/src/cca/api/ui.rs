@@ -16,7 +16,7 @@
 //! Three files, embedded in the binary (`examples/assets/ui/`), in plain JavaScript with no
 //! dependency and no build step. Each answer carries a strict [`CONTENT_SECURITY_POLICY`]
 //! (scripts and styles only from the server's own files, no inline script, fetches only to
-//! the same origin, no framing), `X-Content-Type-Options: nosniff`, `Referrer-Policy:
+//! the same origin, no form submission by the browser itself, no framing), `X-Content-Type-Options: nosniff`, `Referrer-Policy:
 //! no-referrer` and `Cache-Control: no-cache`.
 //!
 //! # Authentication
@@ -52,9 +52,10 @@
 //!
 //! Each service's row is `<tr data-service=NAME data-desired data-placed data-running
 //! data-ready data-converged=true|false>`; each instance's `<tr data-instance=ID
-//! data-state>`; each node's `<tr data-node=NAME data-alive>`; `<body data-phase>` is `login`,
-//! `loading`, `live` or `reconnecting`; `<body data-streams>` counts the connections to
-//! `/changes` established and `data-changes` the changes applied from them.
+//! data-state>`; each node's `<tr data-node=NAME data-alive>`. `<body data-phase>` is
+//! `starting` until the script runs, then `login`, `loading`, `live` or `reconnecting`;
+//! `<body data-streams>` counts the connections to `/changes` established and `data-changes`
+//! the changes applied from them.
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
@@ -71,7 +72,7 @@ pub const APP_CSS: &str = include_str!("../../../assets/ui/app.css");
 /// The `Content-Security-Policy` of every file of the page.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
     style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
-    form-action 'self'; frame-ancestors 'none'";
+    form-action 'none'; frame-ancestors 'none'";
 
 /// The page's routes (no token needed: see the [module docs](self)), to merge into the API.
 pub fn router() -> Router {
