@@ -109,6 +109,19 @@ pub struct AgentArgs {
     /// The containerd namespace instances live in (with --runtime containerd).
     #[arg(long, value_name = "NAME", default_value = "ccattler")]
     pub containerd_namespace: String,
+    /// When images are pulled from their registry (with --runtime containerd): if-not-present,
+    /// always (ask the registry at every container creation), or never (imported images only).
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = AgentPullPolicy::IfNotPresent)]
+    pub pull_policy: AgentPullPolicy,
+    /// Registry credentials (with --runtime containerd): JSON like docker's config.json,
+    /// `{"auths": {"HOST[:PORT]": {"auth": "BASE64(user:password)"}}}`, or `"username"` and
+    /// `"password"` in place of `"auth"`. Read again at every pull.
+    #[arg(long, value_name = "FILE")]
+    pub registry_credentials: Option<PathBuf>,
+    /// A registry spoken to over plain HTTP instead of HTTPS (with --runtime containerd), as image
+    /// references name it; repeatable. Only for registries on a trusted network.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    pub insecure_registries: Vec<String>,
     /// Allocatable CPU (`2`, `500m`); this machine's cores by default.
     #[arg(long, value_name = "CPU", value_parser = parse_cpu)]
     pub cpu: Option<Cpu>,
@@ -232,10 +245,37 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
     })
 }
 
+/// `--pull-policy`: when the containerd runtime pulls images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentPullPolicy {
+    /// Pull an image that is not in containerd's store.
+    IfNotPresent,
+    /// Ask the registry at every container creation.
+    Always,
+    /// Never pull; run imported images only.
+    Never,
+}
+
 #[cfg(feature = "containerd")]
 async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliError> {
-    use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
-    let config = ContainerdConfig::default().state_dir(args.state_dir().join("containerd"));
+    use ccattler_runtime::containerd::{
+        ContainerdConfig, ContainerdRuntime, PullPolicy, RegistryCredentials,
+    };
+    let mut config = ContainerdConfig::default()
+        .state_dir(args.state_dir().join("containerd"))
+        .pull_policy(match args.pull_policy {
+            AgentPullPolicy::IfNotPresent => PullPolicy::IfNotPresent,
+            AgentPullPolicy::Always => PullPolicy::Always,
+            AgentPullPolicy::Never => PullPolicy::Never,
+        });
+    if let Some(file) = &args.registry_credentials {
+        // Checked now, so that a bad file stops the start rather than every pull.
+        RegistryCredentials::load(file).map_err(|err| args.cannot_start(err.to_string()))?;
+        config = config.registry_credentials(file);
+    }
+    for registry in &args.insecure_registries {
+        config = config.insecure_registry(registry);
+    }
     let runtime =
         ContainerdRuntime::connect(&args.containerd_socket, &args.containerd_namespace, config)
             .await
