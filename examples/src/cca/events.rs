@@ -9,13 +9,12 @@ use std::process::ExitCode;
 
 use axum::body::Bytes;
 use ccattler_core::Event;
-use ccattler_store::http::sse::EventReader;
 use hyper::Method;
 use serde_json::Value as Json;
 
 use super::api::events::concerns;
 use super::client::{ApiClient, ClientArgs, encode, value_text};
-use super::remote::block_on;
+use super::remote::{block_on, follow_changes};
 use super::{CliError, EXIT_FAILURE};
 
 /// Arguments of `cca events`.
@@ -65,21 +64,7 @@ pub fn run(args: &EventsArgs) -> Result<ExitCode, CliError> {
 /// Prints the events written after revision `after`, as they come.
 async fn follow(client: &ApiClient, args: &EventsArgs, after: u64) -> Result<ExitCode, CliError> {
     let path = format!("/changes?prefix=event/&after={after}");
-    let response = client
-        .send(
-            Method::GET,
-            &path,
-            Bytes::new(),
-            &[("accept", "text/event-stream")],
-        )
-        .await?;
-    if !response.status().is_success() {
-        return Err(CliError::Api(format!(
-            "following events: the server answered {}",
-            response.status()
-        )));
-    }
-    let mut stream = EventReader::new(response.into_body());
+    let mut stream = follow_changes(client, &path).await?;
     while let Some(sse) = stream
         .next()
         .await

@@ -243,18 +243,7 @@ pub fn watch(args: &WatchArgs) -> Result<ExitCode, CliError> {
         if let Some(after) = args.after {
             path.push_str(&format!("&after={after}"));
         }
-        let response = client
-            .send(
-                Method::GET,
-                &path,
-                Bytes::new(),
-                &[("accept", "text/event-stream")],
-            )
-            .await?;
-        if !response.status().is_success() {
-            return Err(CliError::Api(format!("{}", response.status())));
-        }
-        let mut events = EventReader::new(response.into_body());
+        let mut events = follow_changes(&client, &path).await?;
         while let Some(event) = events
             .next()
             .await
@@ -279,6 +268,32 @@ pub fn watch(args: &WatchArgs) -> Result<ExitCode, CliError> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Opens the server-sent events of `path` (a `/changes` route with its query).
+///
+/// # Errors
+///
+/// [`CliError::Api`] when the server cannot be reached or does not answer with the stream.
+pub(crate) async fn follow_changes(
+    client: &ApiClient,
+    path: &str,
+) -> Result<EventReader, CliError> {
+    let response = client
+        .send(
+            Method::GET,
+            path,
+            Bytes::new(),
+            &[("accept", "text/event-stream")],
+        )
+        .await?;
+    if !response.status().is_success() {
+        return Err(CliError::Api(format!(
+            "{path}: the server answered {}",
+            response.status()
+        )));
+    }
+    Ok(EventReader::new(response.into_body()))
 }
 
 /// Runs `cca status`.
