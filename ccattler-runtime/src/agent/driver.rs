@@ -17,6 +17,9 @@ use super::local::{self, NodeSnapshot, PASS_DURATION};
 use super::machine::AgentLoop;
 use super::perform::{self, Outcome};
 use super::trace;
+
+/// How often the runtime is asked for progress while a start is in flight.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 use super::{AgentError, NodeAgent};
 
 /// One action being performed: the outcome once it completes (`None` for an action of another
@@ -67,6 +70,11 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
         let mut pass_began: Option<Instant> = None;
         let mut published: Option<Instant> = None;
         let mut changed = true;
+        // While a start is in flight (an image pull can take long), the runtime is asked every
+        // second what it is doing, so the pull's progress is reported meanwhile.
+        let mut starting = false;
+        let mut progress = tokio::time::interval(PROGRESS_EVERY);
+        progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             machine.tick(origin.elapsed());
             while let Some(action) = machine.next_action() {
@@ -115,6 +123,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                             _ => None,
                         };
                         let span = trace::span(&node, &action, machine.desired());
+                        starting = matches!(action, Action::EnsureRunning { .. });
                         runtime_op = Some(Box::pin(async move {
                             let outcome =
                                 trace::traced_runtime_action(runtime.as_ref(), action, span).await;
@@ -157,7 +166,11 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                 }
                 outcome = in_flight(&mut runtime_op) => {
                     runtime_op = None;
+                    starting = false;
                     feed(&mut machine, outcome);
+                }
+                _ = progress.tick(), if starting => {
+                    machine.progressed(perform::observe(self.runtime.as_ref()).await);
                 }
                 item = next_event(&mut watch) => {
                     // Drain everything already delivered, so a burst makes one pass.

@@ -3,7 +3,9 @@
 use std::collections::BTreeSet;
 
 use ccattler_core::schema::{self, Assignment, RecordKey, ServiceSpec};
-use ccattler_core::{EventKind, Fact, LeaseId, RuntimeError, StoreError, WatchEvent};
+use ccattler_core::{
+    EventKind, Fact, InstanceState, LeaseId, RuntimeError, StoreError, WatchEvent,
+};
 
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
@@ -303,6 +305,23 @@ impl AgentLoop {
             Err(err) => self.outbox.push_back(Action::RuntimeFailed {
                 reason: format!("observing failed: {err}"),
             }),
+        }
+    }
+
+    /// What the runtime reports while a start is still in flight (the driver asks on its own,
+    /// every second, outside the runtime lane): instances pulling their image, whose progress
+    /// is then reported without waiting for the start to return. Anything else is left to the
+    /// next pass; an error is ignored (the start's own result tells).
+    pub fn progressed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
+        let Ok(samples) = result else {
+            return;
+        };
+        for sample in samples {
+            let pulling = matches!(sample.instance.state, InstanceState::Pulling { .. });
+            if pulling && self.desired.placements.contains_key(&sample.instance.id) {
+                self.observed.insert(sample.instance.id.clone(), sample);
+                self.report_wanted = true;
+            }
         }
     }
 

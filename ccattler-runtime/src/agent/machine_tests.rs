@@ -623,3 +623,33 @@ fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() 
         "the first report says what it waits for: {states:?}"
     );
 }
+
+#[test]
+fn a_pull_in_progress_is_reported_while_the_start_is_still_in_flight() {
+    let mut step = Step::new();
+    step.place("w", &service("web", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(300));
+    assert!(running(&step, "w"));
+    // What the driver's progress ticks feed while the runtime lane is busy with a start.
+    let pulling = super::Sample {
+        instance: ccattler_core::ObservedInstance::new(
+            "w",
+            InstanceState::Pulling {
+                image: "example/web:1".into(),
+                done: 2 << 20,
+                total: 5 << 20,
+            },
+        ),
+        stats: None,
+    };
+    step.machine.progressed(Ok(vec![pulling]));
+    let Some(Action::Report { puts, .. }) = step.machine.next_action() else {
+        panic!("expected a report at once");
+    };
+    let seen: InstanceObservation = serde_json::from_slice(&puts[0].1).expect("an observation");
+    assert_eq!(seen.state, ObservedState::Pulling);
+    assert_eq!(
+        seen.reason.as_deref(),
+        Some("pulling example/web:1: 2097152 of 5242880 bytes")
+    );
+}
