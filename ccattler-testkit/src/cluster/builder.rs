@@ -59,6 +59,9 @@ impl NodeSpec {
     }
 }
 
+/// Events a watch of the test store buffers before it reads from the history instead.
+const HARNESS_WATCH_BUFFER: usize = 1 << 16;
+
 /// Builds a [`TestCluster`]; start with [`TestCluster::builder`].
 ///
 /// | setting | default |
@@ -69,6 +72,9 @@ impl NodeSpec {
 /// | [`start_delay`](Self::start_delay), [`stop_delay`](Self::stop_delay) | 0: instances start and stop at once |
 /// | [`loop_config`](Self::loop_config) | [`LoopConfig::default`] |
 /// | [`seed`](Self::seed) | 0 (the runner's conflict jitter) |
+///
+/// The store is a [`MemoryStore`] whose watches buffer up to 65,536 events each (the default is
+/// 1,024), for the harness's own watch of everything.
 ///
 /// The agents' other settings are [`AgentConfig`](ccattler_runtime::agent::AgentConfig)'s
 /// defaults: a resync of the placements every 30 s, the runner's retry schedule (100 ms up to
@@ -204,7 +210,13 @@ impl ClusterBuilder {
     /// When the nodes do not register within a minute of (virtual) time, which means a bug.
     pub async fn build(self) -> TestCluster {
         let clock = TokioClock::new();
-        let store = MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock)));
+        // The harness follows the whole store (snapshots, waits, recordings): a buffer of 64k
+        // events keeps that watch on the fast path through a thousand-instance burst, so the
+        // harness does not slow down the cluster it measures.
+        let config = MemoryConfig::default()
+            .clock(Arc::new(clock))
+            .watch_buffer(HARNESS_WATCH_BUFFER);
+        let store = MemoryStore::with_config(config);
         let reaper = spawn_reaper(store.clone());
         let mut nodes = self.nodes;
         for (i, node) in nodes.iter_mut().enumerate() {
