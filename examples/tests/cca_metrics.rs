@@ -206,6 +206,16 @@ async fn the_agent_answers_locally_while_the_server_is_down() {
     let local = format!("127.0.0.1:{}", free_port());
     cluster(&dir, &mut children, &local, 3).await;
     let node = client(&format!("http://{local}"), None);
+    wait_for(
+        "the local port shows the 3 instances",
+        Duration::from_secs(30),
+        async || {
+            let answer = node.ok(Method::GET, "/node", "").await.ok()?;
+            let connected = answer["connected"] == true;
+            (connected && answer["instances"].as_object()?.len() == 3).then_some(())
+        },
+    )
+    .await;
 
     // Kill the server (it is the first child) and wait until the agent knows it is alone.
     let server = &mut children.0[0];

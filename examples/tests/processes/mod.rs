@@ -19,12 +19,24 @@ pub(crate) fn cca() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cca"))
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, and never handed out before in this test
+/// binary: the tests of one binary run at once, and the system may give a port just let go
+/// to the next asker.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// `cca server`'s flags for the shared test etcd, under a prefix of `test`'s own; `None`
