@@ -7,10 +7,11 @@
 //! under CI and says it was skipped when run by hand.
 #![cfg(feature = "containerd")]
 
+mod containerd_ns;
 mod processes;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use ccattler_core::{InstanceState, Runtime};
 use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busybox_archive};
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
+use containerd_ns::Namespace;
 use processes::{
     Children, admin_token, apply, enrollment_token, read_log, running, start_agent, start_server,
     terminate, wait_for,
@@ -36,43 +38,6 @@ fn service(instances: usize) -> String {
 
 fn runtime_config(dir: &Path) -> ContainerdConfig {
     ContainerdConfig::default().state_dir(dir.join("test-runtime"))
-}
-
-/// Removes every container of the namespace, on a thread of its own so that it also works
-/// from `Drop` inside the test's runtime.
-fn remove_all(socket: PathBuf, dir: PathBuf) {
-    let removed = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime");
-        runtime.block_on(async {
-            let config = runtime_config(&dir);
-            let Ok(containerd) = ContainerdRuntime::connect(&socket, NAMESPACE, config).await
-            else {
-                return;
-            };
-            for instance in containerd.observe().await.unwrap_or_default() {
-                let _ = containerd
-                    .ensure_stopped(&instance.id, Duration::from_millis(100))
-                    .await;
-                let _ = containerd.remove(&instance.id).await;
-            }
-        });
-    });
-    let _ = removed.join();
-}
-
-/// Empties the namespace when dropped: after the agent is killed, pass or fail.
-struct Containers {
-    socket: PathBuf,
-    dir: PathBuf,
-}
-
-impl Drop for Containers {
-    fn drop(&mut self) {
-        remove_all(self.socket.clone(), self.dir.clone());
-    }
 }
 
 /// The instances containerd runs in the namespace: `{id: state}`.
@@ -118,7 +83,12 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
                 return;
             }
         };
-    remove_all(socket.clone(), dir.clone());
+    let namespace = Namespace {
+        socket: socket.clone(),
+        name: NAMESPACE,
+        config: runtime_config(&dir),
+    };
+    namespace.empty();
     let archive = dir.join("busybox.tar");
     write_busybox_archive(Path::new(DEBIAN_BUSYBOX), IMAGE, &archive)
         .unwrap_or_else(|e| panic!("cannot build the busybox image from {DEBIAN_BUSYBOX}: {e}"));
@@ -126,10 +96,7 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
     assert_eq!(imported.ok().as_deref(), Some(IMAGE));
 
     // Dropped in reverse order: the processes first, then the containers they left.
-    let _containers = Containers {
-        socket: socket.clone(),
-        dir: dir.clone(),
-    };
+    let _namespace = namespace;
     let mut children = Children::default();
     let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
     children.0.push(server);

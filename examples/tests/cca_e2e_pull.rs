@@ -6,16 +6,17 @@
 //! without them the test fails under CI and says it was skipped when run by hand.
 #![cfg(feature = "containerd")]
 
+mod containerd_ns;
 mod processes;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use ccattler_core::Runtime;
 use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, TestImage};
 use ccattler_runtime::containerd::test_registry::TestRegistry;
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime, PullPolicy};
+use containerd_ns::Namespace;
 use processes::{
     Children, admin_token, apply, enrollment_token, read_log, running, start_agent, start_server,
     wait_for,
@@ -37,41 +38,6 @@ fn runtime_config(dir: &Path) -> ContainerdConfig {
     ContainerdConfig::default()
         .state_dir(dir.join("test-runtime"))
         .pull_policy(PullPolicy::Never)
-}
-
-/// Stops and removes every container of the namespace when dropped (on a thread of its own,
-/// so that it works from `Drop` inside the test's runtime).
-struct Containers {
-    socket: PathBuf,
-    dir: PathBuf,
-}
-
-impl Drop for Containers {
-    fn drop(&mut self) {
-        let (socket, dir) = (self.socket.clone(), self.dir.clone());
-        let removed = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                let config = runtime_config(&dir);
-                let Ok(containerd) = ContainerdRuntime::connect(&socket, NAMESPACE, config).await
-                else {
-                    return;
-                };
-                for instance in containerd.observe().await.unwrap_or_default() {
-                    let _ = containerd
-                        .ensure_stopped(&instance.id, Duration::from_millis(100))
-                        .await;
-                    let _ = containerd.remove(&instance.id).await;
-                }
-            });
-        });
-        let _ = removed.join();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,9 +74,10 @@ async fn cca_agent_pulls_an_image_from_a_registry_and_runs_it() {
     );
 
     // Dropped in reverse order: the processes first, then the containers they left.
-    let _containers = Containers {
+    let _namespace = Namespace {
         socket: socket.clone(),
-        dir: dir.clone(),
+        name: NAMESPACE,
+        config: runtime_config(&dir),
     };
     let mut children = Children::default();
     let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);

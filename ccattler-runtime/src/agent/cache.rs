@@ -53,6 +53,14 @@ impl Desired {
         self.secrets.retain(|name, _| named.contains(name));
     }
 
+    /// Whether any known spec names a secret (no allocation: asked at every deadline).
+    pub fn names_secrets(&self) -> bool {
+        self.specs
+            .values()
+            .flat_map(|versions| versions.values())
+            .any(|spec| !spec.secrets.is_empty())
+    }
+
     /// The secrets the known specs name.
     pub fn named_secrets(&self) -> std::collections::BTreeSet<String> {
         self.specs

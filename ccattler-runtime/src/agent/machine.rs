@@ -257,7 +257,7 @@ impl AgentLoop {
                 renew_at,
                 resync_at,
                 ..
-            } if self.desired.named_secrets().is_empty() => Some(renew_at.min(resync_at)),
+            } if !self.desired.names_secrets() => Some(renew_at.min(resync_at)),
             Link::Live {
                 renew_at,
                 resync_at,

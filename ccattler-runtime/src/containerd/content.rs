@@ -81,6 +81,21 @@ pub(crate) async fn has_blob(conn: &Conn, digest: &str) -> Result<bool, Status> 
     }
 }
 
+/// Streams `requests` to containerd's content write under `lease` and reads its answers to the
+/// end: `Ok` once the write (and its commit, when asked) is done.
+pub(crate) async fn send_write<R>(conn: &Conn, lease: &Lease, requests: R) -> Result<(), Status>
+where
+    R: Stream<Item = WriteContentRequest> + Send + 'static,
+{
+    let mut responses = conn
+        .content()
+        .write(conn.leased(requests, Some(lease)))
+        .await?
+        .into_inner();
+    while responses.message().await?.is_some() {}
+    Ok(())
+}
+
 /// Writes the blob `blob` from `body` into the store under `lease`, with `labels`, adding the
 /// bytes sent to `progress`. A blob already present only gets its labels.
 pub(crate) async fn write_stream<S>(
@@ -108,23 +123,7 @@ where
         progress,
     };
     let requests = futures_util::stream::unfold(state, Feed::next);
-    let outcome = match conn
-        .content()
-        .write(conn.leased(requests, Some(lease)))
-        .await
-    {
-        Ok(response) => {
-            let mut responses = response.into_inner();
-            loop {
-                match responses.message().await {
-                    Ok(Some(_)) => continue,
-                    Ok(None) => break Ok(()),
-                    Err(s) => break Err(s),
-                }
-            }
-        }
-        Err(s) => Err(s),
-    };
+    let outcome = send_write(conn, lease, requests).await;
     let failed = failure.lock().unwrap_or_else(|e| e.into_inner()).take();
     match (failed, outcome) {
         (None, Ok(())) => Ok(()),

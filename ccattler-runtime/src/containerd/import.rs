@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::Inner;
 use super::client::{Conn, Lease, grpc, unique};
+use super::content::send_write;
 use super::image::{descriptor, ensure_unpacked, resolve, set_label};
 
 const CHUNK: usize = 1 << 20;
@@ -134,20 +135,7 @@ async fn write_blob(
         data: Vec::new(),
     });
     let what = format!("content write of {}", blob.digest);
-    let stream = tokio_stream::iter(requests);
-    let outcome = match conn.content().write(conn.leased(stream, Some(lease))).await {
-        Ok(response) => {
-            let mut responses = response.into_inner();
-            loop {
-                match responses.message().await {
-                    Ok(Some(_)) => continue,
-                    Ok(None) => break Ok(()),
-                    Err(s) => break Err(s),
-                }
-            }
-        }
-        Err(s) => Err(s),
-    };
+    let outcome = send_write(conn, lease, tokio_stream::iter(requests)).await;
     match outcome {
         Ok(()) => Ok(()),
         Err(s) if s.code() == Code::AlreadyExists => {
