@@ -14,12 +14,12 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_store::etcd::server::skip_or_fail;
 use hyper::Method;
 use processes::{
-    Children, Workloads, admin_token, apply, cca, enrollment_token, etcd_store_flags, free_port,
-    marked_pids, read_log, running, start_agent, start_server, terminate, unique, wait_for,
+    Children, Workloads, admin_token, api_client, apply, cca, enrollment_token, etcd_store_flags,
+    free_port, marked_pids, read_log, running, start_agent, start_server, terminate, unique,
+    wait_for,
 };
 
 const LEASE_TTL: Duration = Duration::from_secs(4);
@@ -49,10 +49,7 @@ async fn server_two_agents_kill_and_restart() {
     let (server, url) = start_server(&dir, &listen, &store, 1);
     children.0.push(server);
     let admin = admin_token(&dir);
-    let client = ApiClient::new(&ClientArgs {
-        server: url.clone(),
-        token: Some(admin.clone()),
-    });
+    let client = api_client(&url, Some(&admin));
 
     // An agent with a wrong credential stops at once, saying so.
     let refused = cca()

@@ -16,13 +16,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ccattler_core::{InstanceState, Runtime};
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
+
 use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busybox_archive};
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime};
 use containerd_ns::Namespace;
 use processes::{
-    Children, admin_token, apply, enrollment_token, read_log, running, start_agent, start_server,
-    terminate, wait_for,
+    Children, admin_token, api_client, apply, enrollment_token, read_log, running, start_agent,
+    start_server, terminate, wait_for,
 };
 
 const CHECK: &str = "cca_agent_runs_adopts_and_removes_containerd_containers";
@@ -101,10 +101,7 @@ async fn cca_agent_runs_adopts_and_removes_containerd_containers() {
     let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
     children.0.push(server);
     let admin = admin_token(&dir);
-    let client = ApiClient::new(&ClientArgs {
-        server: url.clone(),
-        token: Some(admin.clone()),
-    });
+    let client = api_client(&url, Some(&admin));
     let socket_arg = socket.to_string_lossy().into_owned();
     let flags = [
         "--runtime",

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
+use ccattler_examples::cca::client::ApiClient;
 use hyper::Method;
 use processes::{
     Children, admin_token, apply, cca, enrollment_token, etcd_store_flags, free_port, read_log,
@@ -33,13 +33,6 @@ const LEASE_TTL: &str = "4s";
 const WATCH_AFTER_KILL: Duration = Duration::from_secs(12);
 
 type Spread = BTreeMap<String, BTreeSet<String>>;
-
-fn client(url: &str, admin: &str) -> ApiClient {
-    ApiClient::new(&ClientArgs {
-        server: url.to_owned(),
-        token: Some(admin.to_owned()),
-    })
-}
 
 /// The node leases: `{node: create revision}` (a lapsed and re-granted lease has a new one).
 async fn leases(client: &ApiClient) -> Option<BTreeMap<String, u64>> {
@@ -131,7 +124,10 @@ async fn three_servers_on_one_etcd_lose_each_in_turn_without_a_lapse() {
         urls.push(url);
     }
     let admin = admin_token(&dir);
-    let clients: Vec<ApiClient> = urls.iter().map(|url| client(url, &admin)).collect();
+    let clients: Vec<ApiClient> = urls
+        .iter()
+        .map(|url| processes::api_client(url, Some(&admin)))
+        .collect();
     let (plane, _) = wait_for("a leader", Duration::from_secs(20), async || {
         let plane = control_plane(&clients[0]).await?;
         (plane["up"] == 3 && plane["leader"].is_string()).then_some(plane)

@@ -12,14 +12,13 @@ mod processes;
 use std::path::Path;
 use std::time::Duration;
 
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, TestImage};
 use ccattler_runtime::containerd::test_registry::TestRegistry;
 use ccattler_runtime::containerd::{ContainerdConfig, ContainerdRuntime, PullPolicy};
 use containerd_ns::Namespace;
 use processes::{
-    Children, admin_token, apply, enrollment_token, read_log, running, start_agent, start_server,
-    wait_for,
+    Children, admin_token, api_client, apply, enrollment_token, read_log, running, start_agent,
+    start_server, wait_for,
 };
 
 const CHECK: &str = "cca_agent_pulls_an_image_from_a_registry_and_runs_it";
@@ -83,10 +82,7 @@ async fn cca_agent_pulls_an_image_from_a_registry_and_runs_it() {
     let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
     children.0.push(server);
     let admin = admin_token(&dir);
-    let client = ApiClient::new(&ClientArgs {
-        server: url.clone(),
-        token: Some(admin.clone()),
-    });
+    let client = api_client(&url, Some(&admin));
     let socket_arg = socket.to_string_lossy().into_owned();
     let host = registry.host();
     let flags = [

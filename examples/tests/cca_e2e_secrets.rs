@@ -11,11 +11,11 @@ mod processes;
 use std::path::Path;
 use std::time::Duration;
 
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
+use ccattler_examples::cca::client::ApiClient;
 use hyper::Method;
 use processes::{
-    Children, Workloads, admin_token, apply, enrollment_token, start_agent, start_server, unique,
-    wait_for,
+    Children, Workloads, admin_token, api_client, apply, enrollment_token, start_agent,
+    start_server, unique, wait_for,
 };
 
 fn service(marker: &str) -> String {
@@ -86,10 +86,7 @@ async fn secrets_are_never_empty_and_changes_reach_the_running_instance() {
     let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
     children.0.push(server);
     let admin = admin_token(&dir);
-    let client = ApiClient::new(&ClientArgs {
-        server: url.clone(),
-        token: Some(admin.clone()),
-    });
+    let client = api_client(&url, Some(&admin));
     let token = enrollment_token(&url, &admin);
     let flags = ["--runtime", "process", "--stop-grace", "1s"];
     let mut flags = flags.to_vec();

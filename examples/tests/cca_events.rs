@@ -10,11 +10,10 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use hyper::Method;
 use processes::{
-    Children, admin_token, apply, cca, enrollment_token, running, start_agent, start_server,
-    wait_for,
+    Children, admin_token, api_client, apply, cca, enrollment_token, running, start_agent,
+    start_server, wait_for,
 };
 
 const AGENT_FLAGS: [&str; 6] = ["--runtime", "sim", "--cpu", "4", "--memory", "4Gi"];
@@ -49,10 +48,7 @@ async fn events_tell_what_happened_to_a_service_and_follow_new_ones() {
     let (server, url) = start_server(&dir, "127.0.0.1:0", &["--store", "memory"], 1);
     children.0.push(server);
     let admin = admin_token(&dir);
-    let client = ApiClient::new(&ClientArgs {
-        server: url.clone(),
-        token: Some(admin.clone()),
-    });
+    let client = api_client(&url, Some(&admin));
     let token = enrollment_token(&url, &admin);
     children
         .0

@@ -13,11 +13,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ccattler_examples::cca::api::auth::{self, Role};
-use ccattler_examples::cca::client::{ApiClient, ClientArgs, encode};
+use ccattler_examples::cca::client::{ApiClient, encode};
 use hyper::{Method, StatusCode};
 use processes::{
-    Children, admin_token, apply, enrollment_token, free_port, read_log, running, start_agent,
-    start_server, wait_for,
+    Children, admin_token, api_client, apply, enrollment_token, free_port, read_log, running,
+    start_agent, start_server, wait_for,
 };
 use serde_json::Value;
 
@@ -31,13 +31,6 @@ const DOC: &str = "service web {\n    image web:1\n    instances 3\n}\n\n\
 type Expectation = (&'static str, fn(f64) -> bool);
 
 const AGENT_FLAGS: [&str; 6] = ["--runtime", "sim", "--cpu", "4", "--memory", "4Gi"];
-
-fn client(url: &str, token: Option<&str>) -> ApiClient {
-    ApiClient::new(&ClientArgs {
-        server: url.to_owned(),
-        token: token.map(str::to_owned),
-    })
-}
 
 /// A server, one enrolled agent on the simulator with its local port, and the doc applied,
 /// waited on until `running` instances run.
@@ -57,7 +50,7 @@ async fn cluster(
         .0
         .push(start_agent(dir, &url, "n1", &enroll, &flags));
     apply(dir, &url, &admin, DOC, &[]);
-    let api = client(&url, Some(&admin));
+    let api = api_client(&url, Some(&admin));
     wait_for("the instances run", Duration::from_secs(30), async || {
         let by_node = running(&api).await;
         let count: usize = by_node.values().map(|ids| ids.len()).sum();
@@ -100,7 +93,7 @@ async fn prometheus_scrapes_server_and_agent() {
     let url = cluster(&dir, &mut children, &local, 3).await;
 
     // A scrape without the token is refused.
-    let anonymous = client(&url, None)
+    let anonymous = api_client(&url, None)
         .send(Method::GET, "/metrics", "", &[])
         .await
         .expect("the server answers");
@@ -139,7 +132,7 @@ async fn prometheus_scrapes_server_and_agent() {
         .spawn()
         .expect("prometheus starts");
     children.0.push(prometheus);
-    let prometheus = client(&format!("http://{web}"), None);
+    let prometheus = api_client(&format!("http://{web}"), None);
 
     // Each metric family, as Prometheus scraped it from the processes.
     let expectations: [Expectation; 8] = [
@@ -205,7 +198,7 @@ async fn the_agent_answers_locally_while_the_server_is_down() {
     let mut children = Children::default();
     let local = format!("127.0.0.1:{}", free_port());
     cluster(&dir, &mut children, &local, 3).await;
-    let node = client(&format!("http://{local}"), None);
+    let node = api_client(&format!("http://{local}"), None);
     wait_for(
         "the local port shows the 3 instances",
         Duration::from_secs(30),

@@ -8,10 +8,9 @@ mod processes;
 
 use std::time::Duration;
 
-use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use processes::{
-    Children, admin_token, apply, enrollment_token, read_log, running, start_agent_with,
-    start_server_with, wait_for,
+    Children, admin_token, api_client, apply, enrollment_token, read_log, running,
+    start_agent_with, start_server_with, wait_for,
 };
 use serde_json::Value;
 
@@ -46,10 +45,7 @@ async fn one_change_is_followed_from_the_apply_to_the_agent() {
         start_server_with(&dir, "127.0.0.1:0", &["--store", "memory"], 1, &server_env);
     children.0.push(server);
     let admin = admin_token(&dir);
-    let client = ApiClient::new(&ClientArgs {
-        server: url.clone(),
-        token: Some(admin.clone()),
-    });
+    let client = api_client(&url, Some(&admin));
     let token = enrollment_token(&url, &admin);
     let agent_env = [("RUST_LOG", "warn,ccattler_runtime::agent=info")];
     let flags = ["--runtime", "sim", "--log-format", "json"];

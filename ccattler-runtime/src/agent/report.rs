@@ -42,9 +42,10 @@ impl AgentLoop {
             let Ok(key) = schema::keys::observed_instance(&node, id) else {
                 continue;
             };
-            let before: Option<InstanceObservation> =
-                before.and_then(|v| serde_json::from_slice(v).ok());
+            // The store's value is decoded only to tell what changed, for the events.
             let events = if self.config.events {
+                let before: Option<InstanceObservation> =
+                    before.and_then(|v| serde_json::from_slice(v).ok());
                 transitions(id, before.as_ref(), &observation)
             } else {
                 Vec::new()

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccattler_examples::cca::client::ApiClient;
+use ccattler_examples::cca::client::{ApiClient, ClientArgs};
 use hyper::Method;
 
 /// The `cca` binary under test.
@@ -97,6 +97,14 @@ pub(crate) fn marked_pids(marker: &str) -> Vec<String> {
         .collect();
     pids.sort();
     pids
+}
+
+/// A client of the API at `url` with `token` (the admin's, a node's, or none).
+pub(crate) fn api_client(url: &str, token: Option<&str>) -> ApiClient {
+    ApiClient::new(&ClientArgs {
+        server: url.to_owned(),
+        token: token.map(str::to_owned),
+    })
 }
 
 /// Child processes killed (SIGKILL) when dropped.
