@@ -1,7 +1,7 @@
 //! Leader election on etcd with fencing: runner replicas in separate processes against one
 //! etcd, failover when the leader's process is killed or its lease revoked, a paused leader
-//! whose late commit the fence rejects, and two racing runners that never over-create (the
-//! two-controller race of seed 003).
+//! whose late commit the runner's own fence rejects, and two racing runners that never
+//! over-create (the two-controller race of seed 003).
 //!
 //! Uses the shared etcd of `scripts/etcd-up`, each test under a prefix of its own. Without etcd
 //! these tests fail when `CI=true` and say they were skipped otherwise.
@@ -11,9 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ccattler_core::runner::{LeaderElection, LeaseElection, LeaseElectionConfig, TokioRunner};
-use ccattler_core::{Fact, FactStore, Key, Op, Runner, Txn};
+use ccattler_core::{
+    Change, Controller, Fact, FactStore, FactView, Key, ReconcileContext, ReconcileError, Runner,
+};
 use ccattler_store::etcd::server::{ENDPOINTS_ENV, shared_endpoints, shared_store_or_skip};
 use ccattler_store::etcd::{EtcdConfig, EtcdStore};
+use ccattler_testkit::faulty::FaultyStore;
 use ccattler_testkit::toy::{INSTANCES, ReplicaController};
 
 /// The lease TTL of every election here.
@@ -238,69 +241,130 @@ async fn replicas_fail_over_when_the_leader_is_revoked_or_killed() {
     }
 }
 
+/// Writes [`late_key`] from its first reconcile, which it enters and then holds until the
+/// test opens the gate: a leader paused between its reconcile and its commit (a long garbage
+/// collection, a stopped VM). Later reconciles write the same and do not wait.
+struct PausedWriter {
+    entered: std::sync::mpsc::Sender<()>,
+    gate: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+fn late_key() -> Key {
+    Key::new("toy/instance/web/late").expect("valid key")
+}
+
+impl Controller for PausedWriter {
+    fn name(&self) -> &str {
+        "paused-writer"
+    }
+
+    fn watches(&self) -> Vec<String> {
+        vec!["toy/desired/".into()]
+    }
+
+    fn write_domain(&self) -> Vec<String> {
+        vec!["toy/instance/".into()]
+    }
+
+    fn reconcile(
+        &self,
+        _facts: &FactView,
+        _ctx: &mut ReconcileContext<'_>,
+    ) -> Result<Vec<Change>, ReconcileError> {
+        let _ = self.entered.send(());
+        let (open, opened) = &*self.gate;
+        let mut open = open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while !*open {
+            open = opened
+                .wait(open)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        Ok(vec![Change::put(late_key(), "web")])
+    }
+}
+
+/// The tokio runner's own fence keeps a paused leader's late commit out: the test adds no
+/// fence, it only pauses the leader inside a reconcile until another replica leads, then lets
+/// it commit. The commit reaches etcd and is refused, nothing is written, and the runner stops
+/// its controllers (deposed) instead of retrying.
 #[test]
-fn a_paused_leader_past_its_lease_has_its_commit_rejected() {
-    const CHECK: &str = "a_paused_leader_past_its_lease_has_its_commit_rejected";
+fn a_paused_leaders_late_commit_is_rejected_by_the_runner_itself() {
+    const CHECK: &str = "a_paused_leaders_late_commit_is_rejected_by_the_runner_itself";
     let prefix = run_prefix("paused");
     let main = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let Some(store) = main.block_on(shared_store_or_skip(CHECK, |c| c.prefix(prefix.clone())))
     else {
         return;
     };
-    let late_key = Key::new("toy/instance/web/late").expect("valid key");
 
-    // The old leader lives on a runtime of its own; pausing its thread pauses all of it
-    // (keep-alive task and connection included), like a stopped process.
-    let (fences_tx, fences_rx) = std::sync::mpsc::channel();
+    // The old leader runs on a runtime of its own with one thread: while its controller is
+    // held inside the reconcile, all of it is paused (the election's keep-alive included),
+    // like a stopped process.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = store.config().clone();
-    let key = late_key.clone();
+    let controller = PausedWriter {
+        entered: entered_tx,
+        gate: gate.clone(),
+    };
     let old = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a tokio runtime");
-        let store = runtime
-            .block_on(EtcdStore::connect(config))
-            .expect("connect");
-        let leadership = runtime
-            .block_on(election(&store, "old").campaign())
-            .expect("old leads");
-        fences_tx
-            .send(leadership.fences().to_vec())
-            .expect("main waits");
-        std::thread::sleep(TTL * 2 + SLACK); // paused well past its lease
-        let mut late = Txn::new().then(Op::put(key, "web"));
-        late.compares.extend(leadership.fences().iter().cloned());
-        eprintln!("{CHECK}: the resumed old leader commits {late:?}");
-        runtime.block_on(store.txn(late))
+        runtime.block_on(async move {
+            let store = EtcdStore::connect(config).await.expect("connect");
+            let commits = FaultyStore::new(store.clone());
+            let runner = TokioRunner::new(commits.clone())
+                .controller(controller)
+                .with_election(election(&store, "old"));
+            let result = runner
+                .run(async move {
+                    let _ = stop_rx.await;
+                })
+                .await;
+            (result, commits.failed_txns())
+        })
     });
 
-    let old_fences = fences_rx.recv().expect("old leader's fences");
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the old leader reconciles");
     let started = Instant::now();
     let new = main
         .block_on(election(&store, "new").campaign())
-        .expect("new leads");
+        .expect("new leads once the paused leader's lease expired");
     eprintln!("{CHECK}: new leader after {:?}", started.elapsed());
-    assert_ne!(old_fences, new.fences());
 
-    let response = old
-        .join()
-        .expect("old leader thread")
-        .expect("the txn reaches etcd");
-    eprintln!("{CHECK}: etcd answered the old leader's commit with {response:?}");
+    // The old leader wakes and commits what it planned as leader.
+    *gate
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+    gate.1.notify_all();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    main.block_on(async {
+        loop {
+            let written = store.get(&late_key()).await.expect("get").is_some();
+            assert!(!written, "the deposed leader's late commit landed");
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let _ = stop_tx.send(());
+    let (result, refused) = old.join().expect("old leader thread");
+    eprintln!("{CHECK}: the old runner ended with {result:?}; {refused} transactions refused");
+    assert!(result.is_ok(), "{result:?}");
     assert!(
-        !response.succeeded,
-        "the fence rejects the deposed leader's write"
+        refused >= 1,
+        "the late commit reached etcd and was refused (not merely never sent)"
     );
     main.block_on(async {
-        assert!(
-            store.get(&late_key).await.expect("get").is_none(),
-            "nothing written"
-        );
-        let mut current = Txn::new().then(Op::put(late_key.clone(), "web"));
-        current.compares.extend(new.fences().iter().cloned());
-        let response = store.txn(current).await.expect("txn");
-        assert!(response.succeeded, "the new leader commits");
         drop(new);
         for fact in store.scan("").await.expect("cleanup scan").facts {
             let _ = store.delete(&fact.key).await;

@@ -1,6 +1,5 @@
 //! The tokio driver of one [`ControllerLoop`]: performs its actions against a store.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -10,8 +9,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::commit_trace;
-use super::{Action, ControllerLoop, LoopConfig, ReconcileFailure};
-use crate::{Compare, Controller, FactStore, RandomIds, ReconcileContext, Scan, StoreError, Txn};
+use super::{Action, ControllerLoop, LoopConfig};
+use crate::{Compare, Controller, FactStore, RandomIds, ReconcileContext, Scan, StoreError};
 
 /// Why a controller task ended.
 #[derive(Debug)]
@@ -40,21 +39,15 @@ impl<S: FactStore> Task<S> {
     /// Runs the loop until cancelled, a fatal error, or lost leadership.
     pub(super) async fn run(mut self) -> Exit {
         let name = self.controller.name().to_owned();
-        let mut machine = ControllerLoop::new(
-            self.controller.watches(),
-            self.controller.write_domain(),
-            self.config.clone(),
-            self.seed,
-        );
-        // The runner checked at setup that every name makes a valid marker key.
-        if let Ok(marker) = super::commit_marker(&name) {
-            machine.set_commit_marker(marker);
-        }
-        if self.events_lease.is_some() {
-            machine.set_event_writer(&name);
-        }
-        let limit = self.store.limits().max_txn_ops;
-        machine.set_max_changes(limit.saturating_sub(self.fences.len()));
+        let mut machine =
+            match ControllerLoop::for_controller(&*self.controller, self.config.clone(), self.seed)
+            {
+                Ok(machine) => machine,
+                // The runner checks every name at setup; this is for a caller that did not.
+                Err(err) => return Exit::Fatal(format!("no commit marker key: {err}")),
+            };
+        machine.set_fences(self.fences.clone());
+        machine.set_max_changes(self.store.limits().max_txn_ops);
         let mut ids = RandomIds::from_entropy();
         let origin = tokio::time::Instant::now();
         let mut watches: SelectAll<S::Watch> = SelectAll::new();
@@ -95,17 +88,7 @@ impl<S: FactStore> Task<S> {
                             machine.set_events_lease(*leases.borrow());
                         }
                         let mut ctx = ReconcileContext::new(SystemTime::now(), &mut ids);
-                        let controller = &self.controller;
-                        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            controller.reconcile(&view, &mut ctx)
-                        }));
-                        let events = ctx.take_events();
-                        let result = match outcome {
-                            Ok(result) => result.map_err(ReconcileFailure::Error),
-                            Err(payload) => {
-                                Err(ReconcileFailure::Panicked(panic_message(&payload)))
-                            }
-                        };
+                        let step = super::reconcile(&*self.controller, &view, &mut ctx);
                         metrics::counter!("ccattler_reconciles_total", "controller" => name.clone())
                             .increment(1);
                         metrics::histogram!(
@@ -113,9 +96,9 @@ impl<S: FactStore> Task<S> {
                             "controller" => name.clone()
                         )
                         .record(started.elapsed().as_secs_f64());
-                        machine.reconciled_with(result, events);
+                        machine.reconciled_with(step.result, step.events);
                     }
-                    Action::Commit { mut txn } => {
+                    Action::Commit { txn } => {
                         // The commit marker and the events are the runner's own writes, not
                         // changes.
                         let own = |key: &crate::Key| {
@@ -125,7 +108,6 @@ impl<S: FactStore> Task<S> {
                         let changes = txn.then.iter().filter(|op| !own(op.key())).count() as u64;
                         let traced = commit_trace::changes(&txn.then, own);
                         let span = tracing::debug_span!("commit", controller = %name, changes);
-                        txn.compares.extend(self.fences.iter().cloned());
                         let result = self.store.txn(txn).instrument(span.clone()).await;
                         match &result {
                             Ok(response) if response.succeeded => {
@@ -136,17 +118,22 @@ impl<S: FactStore> Task<S> {
                                     .increment(changes);
                             }
                             Ok(_) => {
-                                if !self.fences_hold().await {
-                                    tracing::warn!(controller = %name, "commit rejected by the leader fence");
-                                    return Exit::LeadershipLost;
-                                }
-                                metrics::counter!("ccattler_commit_conflicts_total", "controller" => name.clone())
-                                    .increment(1);
-                                tracing::debug!(controller = %name, "commit conflict; retrying");
+                                tracing::debug!(controller = %name, "commit conflict");
                             }
                             Err(_) => {}
                         }
+                        let conflicts = machine.stats().conflicts;
                         machine.committed(result);
+                        count_conflict(&name, conflicts, &machine);
+                    }
+                    Action::CheckFences { txn } => {
+                        let conflicts = machine.stats().conflicts;
+                        machine.fences_checked(self.store.txn(txn).await);
+                        count_conflict(&name, conflicts, &machine);
+                    }
+                    Action::Deposed => {
+                        tracing::warn!(controller = %name, "commit rejected by the leader fence");
+                        return Exit::LeadershipLost;
                     }
                     Action::Failed { reason, retry_in } => {
                         metrics::counter!("ccattler_controller_failures_total", "controller" => name.clone())
@@ -192,19 +179,6 @@ impl<S: FactStore> Task<S> {
             }
         }
     }
-
-    /// Whether this replica's fences still hold (a transaction with no operations).
-    async fn fences_hold(&self) -> bool {
-        if self.fences.is_empty() {
-            return true;
-        }
-        let check = Txn {
-            compares: self.fences.clone(),
-            ..Txn::default()
-        };
-        // On a store error we cannot tell; keep going and let the next commit decide.
-        self.store.txn(check).await.map_or(true, |r| r.succeeded)
-    }
 }
 
 async fn list<S: FactStore>(store: &S, prefixes: &[String]) -> Result<Vec<Scan>, StoreError> {
@@ -222,10 +196,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_owned())
+/// Counts a conflict the loop recorded since it held `before` (a lost race, not a lost
+/// leadership: the loop counts only those).
+fn count_conflict(name: &str, before: u64, machine: &ControllerLoop) {
+    if machine.stats().conflicts > before {
+        metrics::counter!("ccattler_commit_conflicts_total", "controller" => name.to_owned())
+            .increment(1);
+    }
 }

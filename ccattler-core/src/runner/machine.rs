@@ -1,12 +1,13 @@
 //! [`ControllerLoop`]: the deterministic heart of the runner.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::step::{MARKER_VALUE, check_changes, commit_marker, error_chain};
 use super::{Backoff, LoopConfig};
 use crate::{
-    Change, Compare, Event, EventRing, FactView, Key, KeyError, LeaseId, Op, ReconcileError,
-    Revision, Scan, StoreError, Txn, TxnResponse, WatchEvent,
+    Change, Compare, Controller, Event, EventRing, FactView, Key, KeyError, LeaseId, Op,
+    ReconcileError, Revision, Scan, StoreError, Txn, TxnResponse, WatchEvent,
 };
 
 /// After this many conflicts in a row the loop lists again instead of trusting its view.
@@ -27,17 +28,28 @@ pub enum Action {
         /// `(prefix, start revision)` pairs.
         starts: Vec<(String, Revision)>,
     },
-    /// Call the controller's reconcile on `view` and report with [`ControllerLoop::reconciled`].
+    /// Call the controller's reconcile on `view` through [`reconcile`](super::reconcile) and
+    /// report with [`ControllerLoop::reconciled_with`].
     Reconcile {
         /// The immutable snapshot to reconcile on.
         view: FactView,
     },
-    /// Commit `txn` (after adding any fencing compares) and report with
-    /// [`ControllerLoop::committed`].
+    /// Commit `txn` as it is (its guards, the commit marker and the leader's fences are in it)
+    /// and report with [`ControllerLoop::committed`].
     Commit {
         /// The guarded transaction.
         txn: Txn,
     },
+    /// A commit conflicted while the loop holds fences: run `txn` (the fences alone, no
+    /// operations) and report with [`ControllerLoop::fences_checked`], so that the loop tells a
+    /// lost race from a lost leadership.
+    CheckFences {
+        /// The fences as a transaction with no operations.
+        txn: Txn,
+    },
+    /// The fences no longer hold: this replica does not lead any more. The loop has stopped;
+    /// the driver stops every controller of the replica and campaigns again.
+    Deposed,
     /// Something failed; the loop restarts (lists again) after `retry_in`. Log it.
     Failed {
         /// What failed, for people.
@@ -71,7 +83,7 @@ pub struct LoopStats {
     pub commits: u64,
     /// Changes committed (after dropping no-ops).
     pub changes: u64,
-    /// Commits that lost a race (a guard compare failed).
+    /// Commits that lost a race (a guard compare failed, the fences still holding).
     pub conflicts: u64,
     /// Failures that led to a restart (errors, panics, rejected changes, store errors).
     pub failures: u64,
@@ -102,6 +114,7 @@ enum Phase {
     Live,
     Reconciling,
     Committing,
+    CheckingFences,
     Waiting { until: Duration, then: Resume },
     Stopped,
 }
@@ -135,6 +148,16 @@ enum Resume {
 ///   event older than what the view holds for a key are ignored.
 /// - **Write domain.** A reconcile that writes outside the controller's write domain, or writes
 ///   one key twice, is rejected whole and counted as a failure.
+/// - **Fences.** Every commit carries the fences [`set_fences`](Self::set_fences) gives (the
+///   leader's compare on its election key). A commit that conflicts is followed by a check of
+///   the fences alone ([`Action::CheckFences`]); if they no longer hold, the loop stops with
+///   [`Action::Deposed`] and commits nothing more. A driver cannot forget them: it commits the
+///   transaction the loop hands it, as it is.
+/// - **One writer at a time.** With a commit marker ([`set_commit_marker`](Self::set_commit_marker),
+///   which [`for_controller`](Self::for_controller) sets), every commit also rewrites
+///   `runner/commit/{controller}` guarded by the revision the view holds, so a late commit of an
+///   earlier loop of the same controller makes the next commit of this one conflict and read
+///   again, instead of building on a view that misses it.
 /// - **Determinism.** No clock, no I/O; jitter comes from a generator seeded at construction.
 ///
 /// # Timing
@@ -163,6 +186,7 @@ pub struct ControllerLoop {
     outbox: VecDeque<Action>,
     stats: LoopStats,
     marker: Option<Key>,
+    fences: Vec<Compare>,
     events: Option<EventSink>,
 }
 
@@ -210,8 +234,45 @@ impl ControllerLoop {
             outbox: VecDeque::new(),
             stats: LoopStats::default(),
             marker: None,
+            fences: Vec::new(),
             events: None,
         }
+    }
+
+    /// A loop for `controller` as every runner sets one up: its watches and write domain, its
+    /// commit marker, and its events when `config` keeps any
+    /// ([`LoopConfig::events_max_age`] above zero; give the lease with
+    /// [`set_events_lease`](Self::set_events_lease)). The tokio runner and the testkit's
+    /// simulation both build their loops here.
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError`] when the controller's name cannot name its commit marker key.
+    pub fn for_controller(
+        controller: &dyn Controller,
+        config: LoopConfig,
+        seed: u64,
+    ) -> Result<Self, KeyError> {
+        let marker = commit_marker(controller.name())?;
+        let events = !config.events_max_age.is_zero();
+        let mut machine = ControllerLoop::new(
+            controller.watches(),
+            controller.write_domain(),
+            config,
+            seed,
+        );
+        machine.set_commit_marker(marker);
+        if events {
+            machine.set_event_writer(controller.name());
+        }
+        Ok(machine)
+    }
+
+    /// Fences every commit from now on with `fences` (a leadership's compares, see
+    /// [`Leadership::fences`](super::Leadership::fences)); see "Fences" above. Empty (the
+    /// default) for a runner without election.
+    pub fn set_fences(&mut self, fences: Vec<Compare>) {
+        self.fences = fences;
     }
 
     /// Writes the [`Event`]s its controller records (see [`crate::event`]) under
@@ -246,9 +307,10 @@ impl ControllerLoop {
         self.marker = Some(key);
     }
 
-    /// Limits how many changes go into one transaction (the store's op limit minus any fencing
-    /// compares). A reconcile that returns more is committed in its first changes, then the loop
-    /// reconciles again.
+    /// Limits how many operations and compares beyond the changes' own go into one transaction:
+    /// the store's op limit ([`StoreLimits::max_txn_ops`](crate::StoreLimits)). The loop keeps
+    /// room for the commit marker and the fences. A reconcile that returns more changes than
+    /// fit is committed in its first changes, then the loop reconciles again.
     pub fn set_max_changes(&mut self, max: usize) {
         self.max_changes = max.max(1);
     }
@@ -268,7 +330,7 @@ impl ControllerLoop {
         self.stats
     }
 
-    /// Whether the loop stopped for good after a fatal error.
+    /// Whether the loop stopped for good: after a fatal error, or deposed ([`Action::Deposed`]).
     pub fn is_stopped(&self) -> bool {
         self.phase == Phase::Stopped
     }
@@ -399,7 +461,9 @@ impl ControllerLoop {
                     then: Resume::List,
                 };
             }
-            Phase::Reconciling | Phase::Committing => self.relist_after_busy = true,
+            Phase::Reconciling | Phase::Committing | Phase::CheckingFences => {
+                self.relist_after_busy = true
+            }
             Phase::Live => {
                 if matches!(error, StoreError::Compacted { .. }) {
                     self.phase = Phase::NeedList;
@@ -453,7 +517,7 @@ impl ControllerLoop {
         }
         let room = self
             .max_changes
-            .saturating_sub(usize::from(self.marker.is_some()))
+            .saturating_sub(usize::from(self.marker.is_some()) + self.fences.len())
             .max(1);
         self.truncated = effective.len() > room;
         effective.truncate(room);
@@ -482,6 +546,7 @@ impl ControllerLoop {
             txn.then.push(Op::put(marker.clone(), MARKER_VALUE));
         }
         self.add_events(&mut txn, events);
+        txn.compares.extend(self.fences.iter().cloned());
         self.in_flight = effective;
         self.phase = Phase::Committing;
         self.outbox.push_back(Action::Commit { txn });
@@ -494,7 +559,7 @@ impl ControllerLoop {
             return;
         };
         for mut event in events {
-            let room = txn.then.len() < self.max_changes;
+            let room = txn.then.len() + self.fences.len() < self.max_changes;
             let lease = sink.lease.filter(|_| room);
             let key = lease.map(|_| sink.ring.next_key(&event.object));
             match (lease, key) {
@@ -530,22 +595,51 @@ impl ControllerLoop {
                 }
                 self.finish_busy();
             }
-            Ok(_) => {
-                self.stats.conflicts += 1;
-                self.conflicts += 1;
-                if self.conflicts >= CONFLICTS_BEFORE_RELIST || self.relist_after_busy {
-                    self.conflicts = 0;
-                    self.phase = Phase::NeedList;
-                } else {
-                    let delay =
-                        Backoff::conflict_delay(&self.config, self.conflicts, self.rng.unit());
-                    self.phase = Phase::Waiting {
-                        until: self.now.saturating_add(delay),
-                        then: Resume::Reconcile,
-                    };
-                }
+            Ok(_) if !self.fences.is_empty() => {
+                // A lost race, or a lost leadership: the fences alone tell.
+                self.phase = Phase::CheckingFences;
+                self.outbox.push_back(Action::CheckFences {
+                    txn: Txn {
+                        compares: self.fences.clone(),
+                        ..Txn::default()
+                    },
+                });
             }
+            Ok(_) => self.conflicted(),
             Err(err) => self.fail(format!("commit failed: {err}")),
+        }
+    }
+
+    /// The result of an [`Action::CheckFences`]. Fences that hold make the conflict an ordinary
+    /// lost race; fences that fail stop the loop with [`Action::Deposed`]. A store error tells
+    /// nothing: the loop treats it as a lost race, and its next commit carries the fences again.
+    pub fn fences_checked(&mut self, result: Result<TxnResponse, StoreError>) {
+        if self.phase != Phase::CheckingFences {
+            return;
+        }
+        match result {
+            Ok(response) if !response.succeeded => {
+                self.phase = Phase::Stopped;
+                self.outbox.push_back(Action::Deposed);
+            }
+            _ => self.conflicted(),
+        }
+    }
+
+    /// A commit lost a race: reconcile again after a jittered delay, or list again after
+    /// too many in a row.
+    fn conflicted(&mut self) {
+        self.stats.conflicts += 1;
+        self.conflicts += 1;
+        if self.conflicts >= CONFLICTS_BEFORE_RELIST || self.relist_after_busy {
+            self.conflicts = 0;
+            self.phase = Phase::NeedList;
+        } else {
+            let delay = Backoff::conflict_delay(&self.config, self.conflicts, self.rng.unit());
+            self.phase = Phase::Waiting {
+                until: self.now.saturating_add(delay),
+                then: Resume::Reconcile,
+            };
         }
     }
 
@@ -583,65 +677,4 @@ impl ControllerLoop {
         }
         self.view.apply(changes, revision);
     }
-}
-
-/// Where each controller's commit marker lives: `runner/commit/{controller}` (see
-/// [`ControllerLoop::set_commit_marker`]). Only the runner writes there.
-pub const COMMIT_MARKERS: &str = "runner/commit/";
-
-/// What a commit marker holds; only its revision matters.
-const MARKER_VALUE: &str = "commit";
-
-/// The commit marker key of the controller named `controller`.
-///
-/// # Errors
-///
-/// [`KeyError`] when the name is not a valid key path (empty, `//`, NUL).
-pub fn commit_marker(controller: &str) -> Result<Key, KeyError> {
-    Key::join(COMMIT_MARKERS, [controller])
-}
-
-/// The runner's check of one reconcile's changes: every key inside the write `domain` (a list
-/// of prefixes), and no key changed twice. Anything that stands in for the runner (a test
-/// harness, a simulation) validates plans with this same rule.
-///
-/// ```
-/// use ccattler_core::runner::check_changes;
-/// use ccattler_core::{Change, Key};
-///
-/// let domain = vec!["output/".to_owned()];
-/// let ok = [Change::put(Key::new("output/a").unwrap(), "1")];
-/// assert!(check_changes(&domain, &ok).is_ok());
-/// let outside = [Change::delete(Key::new("input/a").unwrap())];
-/// assert!(check_changes(&domain, &outside).unwrap_err().contains("outside the write domain"));
-/// ```
-///
-/// # Errors
-///
-/// What is wrong, for people: the first key outside the domain, or the first key changed twice.
-pub fn check_changes(domain: &[String], changes: &[Change]) -> Result<(), String> {
-    let mut seen = HashSet::with_capacity(changes.len());
-    for change in changes {
-        let key = change.key();
-        if !domain.iter().any(|p| key.has_prefix(p)) {
-            return Err(format!(
-                "rejected a change to {key}, outside the write domain {domain:?}"
-            ));
-        }
-        if !seen.insert(key.as_str()) {
-            return Err(format!("rejected a reconcile that changes {key} twice"));
-        }
-    }
-    Ok(())
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }

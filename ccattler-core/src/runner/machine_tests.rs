@@ -518,3 +518,80 @@ fn events_ride_in_the_commit_of_their_changes_under_the_events_lease() {
     assert!(l.next_action().is_none());
     assert_eq!(l.stats().events_written, 1);
 }
+
+/// The fence of a leader of term 42 on `leader`.
+fn fence() -> crate::Compare {
+    crate::Compare::new(
+        key("leader"),
+        crate::CmpOp::Equal,
+        CompareTarget::CreateRevision(Revision(42)),
+    )
+}
+
+#[test]
+fn every_commit_carries_the_fences_and_leaves_room_for_them() {
+    let mut l = live_loop();
+    l.set_fences(vec![fence()]);
+    l.set_max_changes(3);
+    expect_reconcile(&mut l);
+    let changes = ["out/a", "out/b", "out/c"].map(|k| Change::put(key(k), "1"));
+    l.reconciled(Ok(changes.to_vec()));
+    let txn = expect_commit(&mut l);
+    assert!(txn.compares.contains(&fence()), "{txn:?}");
+    assert_eq!(
+        txn.then.len() + 1,
+        3,
+        "two changes and the fence fill an op limit of 3"
+    );
+}
+
+#[test]
+fn a_conflict_under_fences_that_hold_is_a_lost_race() {
+    let mut l = live_loop();
+    l.set_fences(vec![fence()]);
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    expect_commit(&mut l);
+    l.committed(conflict());
+    let Some(Action::CheckFences { txn }) = l.next_action() else {
+        panic!("a conflict under fences checks them");
+    };
+    assert_eq!(txn.compares, [fence()]);
+    assert!(txn.then.is_empty() && txn.otherwise.is_empty());
+    l.fences_checked(ok(12));
+    assert_eq!(l.stats().conflicts, 1);
+    l.tick(Duration::from_secs(2));
+    expect_reconcile(&mut l);
+}
+
+#[test]
+fn a_conflict_under_fences_that_fail_deposes_the_loop() {
+    let mut l = live_loop();
+    l.set_fences(vec![fence()]);
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    expect_commit(&mut l);
+    l.committed(conflict());
+    assert!(matches!(l.next_action(), Some(Action::CheckFences { .. })));
+    l.fences_checked(conflict());
+    assert!(matches!(l.next_action(), Some(Action::Deposed)));
+    assert!(l.is_stopped());
+    l.event(put_event("in/a", "9", 20));
+    l.tick(Duration::from_secs(60));
+    assert!(
+        l.next_action().is_none(),
+        "a deposed loop does nothing more"
+    );
+    assert_eq!(l.stats().conflicts, 0, "not a lost race");
+}
+
+#[test]
+fn a_loop_without_fences_takes_a_conflict_for_a_lost_race_at_once() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    expect_commit(&mut l);
+    l.committed(conflict());
+    assert!(l.next_action().is_none(), "waits for the conflict delay");
+    assert_eq!(l.stats().conflicts, 1);
+}

@@ -7,8 +7,8 @@
 //!
 //! | item | role |
 //! |---|---|
-//! | [`ControllerLoop`], [`Action`] | the deterministic loop of one controller |
-//! | [`check_changes`] | the runner's rule for a reconcile's changes (write domain, one change per key) |
+//! | [`ControllerLoop`], [`Action`] | the deterministic loop of one controller: guards, commit marker, fences |
+//! | [`reconcile`], [`check_changes`] | the reconcile step every driver performs (panics caught, events collected); the runner's rule for a reconcile's changes (write domain, one change per key) |
 //! | [`LoopConfig`], [`Backoff`] | timing: resync, restart and conflict backoff |
 //! | [`LeaderElection`], [`Leadership`], [`NoElection`] | who may commit, and the fencing compares |
 //! | [`ElectionLoop`], [`ElectionAction`], [`perform_election`] | the deterministic leader election on a store lease, and its store calls |
@@ -37,6 +37,7 @@ mod leader;
 mod machine;
 #[cfg(test)]
 mod machine_tests;
+mod step;
 
 #[cfg(feature = "tokio")]
 mod commit_trace;
@@ -55,10 +56,8 @@ pub use election_io::{
     CampaignAnswer, ElectionAction, ElectionOutcome, LeaseElectionConfig, perform_election,
 };
 pub use leader::{LeaderElection, Leadership, NoElection};
-pub use machine::{
-    Action, COMMIT_MARKERS, ControllerLoop, LoopStats, ReconcileFailure, check_changes,
-    commit_marker,
-};
+pub use machine::{Action, ControllerLoop, LoopStats, ReconcileFailure};
+pub use step::{COMMIT_MARKERS, Reconciled, check_changes, commit_marker, reconcile};
 
 #[cfg(feature = "tokio")]
 pub use lease_election::LeaseElection;

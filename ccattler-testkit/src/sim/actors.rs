@@ -3,12 +3,13 @@
 //! (`replicas.rs`). This is their driver: it performs their actions through the world instead
 //! of tokio.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ccattler_core::runner::{Action, ControllerLoop, LoopConfig, ReconcileFailure, commit_marker};
-use ccattler_core::{Controller, LeaseId, RandomIds, ReconcileContext, StoreError, WatchEvent};
+use ccattler_core::runner::{Action, ControllerLoop, LoopConfig};
+use ccattler_core::{
+    Compare, Controller, LeaseId, RandomIds, ReconcileContext, StoreError, WatchEvent,
+};
 use ccattler_runtime::agent::{
     self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, StopReason,
 };
@@ -38,6 +39,9 @@ pub(crate) struct ControllerActor {
     pub max_changes: usize,
     /// The lease its events are attached to.
     pub events_lease: Option<LeaseId>,
+    /// The fences of the replica it runs under while that replica leads (none with one runner,
+    /// or with a replica built unfenced).
+    pub fences: Vec<Compare>,
     /// Whether it runs: always with one runner; only on the leading replica with several.
     pub active: bool,
     pub incarnation: u64,
@@ -55,7 +59,7 @@ impl ControllerActor {
         events_lease: Option<LeaseId>,
     ) -> Self {
         let controller = make();
-        let machine = new_loop(&*controller, &config, seed, max_changes, events_lease);
+        let machine = new_loop(&*controller, &config, seed, max_changes, events_lease, &[]);
         ControllerActor {
             name: controller.name().to_owned(),
             make,
@@ -65,6 +69,7 @@ impl ControllerActor {
             ids: RandomIds::seeded(seed),
             max_changes,
             events_lease,
+            fences: Vec::new(),
             active: true,
             incarnation: 0,
             watch_generation: 0,
@@ -81,6 +86,7 @@ impl ControllerActor {
             seed,
             self.max_changes,
             self.events_lease,
+            &self.fences,
         );
         self.incarnation += 1;
         self.watch_generation += 1;
@@ -88,26 +94,29 @@ impl ControllerActor {
     }
 }
 
-/// A controller's loop as the tokio runner sets it up: its commit marker, the store's op limit,
-/// and its events under `events_lease`.
+/// A controller's loop as the tokio runner sets it up ([`ControllerLoop::for_controller`]): its
+/// commit marker, the store's op limit, its fences, and its events under `events_lease`.
 fn new_loop(
     controller: &dyn Controller,
     config: &LoopConfig,
     seed: u64,
     max_changes: usize,
     events_lease: Option<LeaseId>,
+    fences: &[Compare],
 ) -> ControllerLoop {
-    let mut machine = ControllerLoop::new(
-        controller.watches(),
-        controller.write_domain(),
-        config.clone(),
-        seed,
-    );
+    let mut machine = ControllerLoop::for_controller(controller, config.clone(), seed)
+        .unwrap_or_else(|_| {
+            // A name that cannot name a marker key: the loop runs without one (a tokio runner
+            // refuses such a controller at setup).
+            ControllerLoop::new(
+                controller.watches(),
+                controller.write_domain(),
+                config.clone(),
+                seed,
+            )
+        });
     machine.set_max_changes(max_changes);
-    if let Ok(marker) = commit_marker(controller.name()) {
-        machine.set_commit_marker(marker);
-    }
-    machine.set_event_writer(controller.name());
+    machine.set_fences(fences.to_vec());
     machine.set_events_lease(events_lease);
     machine
 }
@@ -241,9 +250,6 @@ impl World {
     }
 
     fn step_controller(&mut self, actor: usize) {
-        // A leader's commits carry its fence (unless it was built unfenced, to prove the
-        // checker catches a deposed leader's write).
-        let fence = self.fence_of(actor);
         loop {
             let now = self.now;
             let Actor::Controller(c) = &mut self.actors[actor] else {
@@ -275,25 +281,18 @@ impl World {
                     let at = SystemTime::UNIX_EPOCH + EPOCH + now;
                     let controller = Arc::clone(&c.controller);
                     let mut ctx = ReconcileContext::new(at, &mut c.ids);
-                    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        controller.reconcile(&view, &mut ctx)
-                    }));
-                    let events = ctx.take_events();
-                    let result = match outcome {
-                        Ok(result) => result.map_err(ReconcileFailure::Error),
-                        Err(_) => Err(ReconcileFailure::Panicked("reconcile panicked".into())),
-                    };
+                    let step = ccattler_core::runner::reconcile(&*controller, &view, &mut ctx);
                     let incarnation = c.incarnation;
-                    self.answer(
-                        actor,
-                        incarnation,
-                        COMPUTE,
-                        Input::Reconciled(result, events),
-                    );
+                    self.answer(actor, incarnation, COMPUTE, Input::Reconciled(step));
                 }
-                Action::Commit { mut txn } => {
-                    txn.compares.extend(fence.clone());
-                    self.send(actor, Request::Commit(txn));
+                Action::Commit { txn } => self.send(actor, Request::Commit(txn)),
+                Action::CheckFences { txn } => self.send(actor, Request::CheckFences(txn)),
+                Action::Deposed => {
+                    let name = c.name.clone();
+                    self.trace
+                        .line(now, &name, "commit rejected by the leader fence: deposed");
+                    self.deposed(actor);
+                    return;
                 }
                 Action::Failed { reason, retry_in } => {
                     let name = c.name.clone();
@@ -406,10 +405,13 @@ impl World {
     pub(crate) fn feed(&mut self, actor: usize, input: Input) {
         match (&mut self.actors[actor], input) {
             (Actor::Controller(c), Input::Listed(result)) => c.machine.listed(result),
-            (Actor::Controller(c), Input::Reconciled(result, events)) => {
-                c.machine.reconciled_with(result, events)
+            (Actor::Controller(c), Input::Reconciled(step)) => {
+                c.machine.reconciled_with(step.result, step.events)
             }
             (Actor::Controller(c), Input::Committed(result)) => c.machine.committed(result),
+            (Actor::Controller(c), Input::FencesChecked(result)) => {
+                c.machine.fences_checked(result)
+            }
             (Actor::Node(n), Input::Agent(outcome)) => {
                 if let Some(machine) = n.machine.as_mut() {
                     outcome.feed(machine);

@@ -131,14 +131,17 @@ impl World {
         }
     }
 
-    /// The replica won: its controllers start over, as in a process that just became leader.
+    /// The replica won: its controllers start over under its fence, as in a process that just
+    /// became leader.
     fn start_controllers(&mut self, replica: usize) {
         let Actor::Replica(r) = &self.actors[replica] else {
             return;
         };
+        let fences: Vec<Compare> = r.fence().filter(|_| r.fenced).into_iter().collect();
         for actor in r.controllers.clone() {
             let seed = self.rng.random();
             if let Actor::Controller(c) = &mut self.actors[actor] {
+                c.fences = fences.clone();
                 c.restart(seed);
                 c.active = true;
             }
@@ -192,12 +195,37 @@ impl World {
         (self.now < until).then_some(until)
     }
 
-    /// The fence the commits of controller `actor` carry: its replica's, if it leads and is
-    /// fenced.
-    pub(crate) fn fence_of(&self, actor: usize) -> Option<Compare> {
-        self.replica(actor)
-            .filter(|r| r.fenced)
-            .and_then(ReplicaActor::fence)
+    /// A controller's loop found its fences broken ([`Action::Deposed`]): as the tokio runner
+    /// does, the replica stops its controllers, resigns the term it believed it held and
+    /// campaigns again with a fresh election. (With one runner there are no fences, so no loop
+    /// is deposed.)
+    ///
+    /// [`Action::Deposed`]: ccattler_core::runner::Action::Deposed
+    pub(crate) fn deposed(&mut self, actor: usize) {
+        let Some(replica) = self.replica_of(actor) else {
+            if let Actor::Controller(c) = &mut self.actors[actor] {
+                c.active = false;
+            }
+            return;
+        };
+        self.stop_controllers(replica);
+        let Actor::Replica(r) = &mut self.actors[replica] else {
+            return;
+        };
+        let config = r.machine.config().clone();
+        r.machine.resign();
+        let mut resignations = Vec::new();
+        while let Some(action) = r.machine.next_action() {
+            resignations.push(action);
+        }
+        r.machine = ElectionLoop::new(config);
+        r.machine.tick(self.now);
+        r.watch_generation += 1;
+        self.subs.close_actor(replica);
+        for action in resignations {
+            self.send(replica, Request::Election(action));
+        }
+        self.step_actor(replica);
     }
 
     /// The replica that believes it leads, if any.

@@ -79,6 +79,7 @@ impl World {
             match request {
                 Request::List(_) => Input::Listed(Err(error)),
                 Request::Commit(_) => Input::Committed(Err(error)),
+                Request::CheckFences(_) => Input::FencesChecked(Err(error)),
                 Request::Agent(action) => match agent::perform::store_failure(&action, error) {
                     Some(outcome) => Input::Agent(outcome),
                     None => return,
@@ -105,6 +106,7 @@ impl World {
                     }
                     Input::Committed(result)
                 }
+                Request::CheckFences(txn) => Input::FencesChecked(ready(self.store.txn(txn))),
                 Request::Agent(action) => {
                     let (node, ttl) = match &self.actors[actor] {
                         Actor::Node(node) => (node.name.clone(), node.config.lease_ttl),

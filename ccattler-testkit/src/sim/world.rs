@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccattler_controllers::apply::DesiredFacts;
-use ccattler_core::runner::{ElectionAction, ElectionOutcome, ReconcileFailure};
-use ccattler_core::{
-    Change, FactStore, ManualClock, Scan, StoreError, Txn, TxnResponse, WatchEvent,
-};
+use ccattler_core::runner::{ElectionAction, ElectionOutcome, Reconciled};
+use ccattler_core::{FactStore, ManualClock, Scan, StoreError, Txn, TxnResponse, WatchEvent};
 use ccattler_runtime::agent::{Action as AgentAction, Outcome};
 use ccattler_store::{MemoryConfig, MemoryStore};
 use futures_util::FutureExt;
@@ -30,6 +28,8 @@ pub(crate) enum Request {
     List(Vec<String>),
     /// A controller commits.
     Commit(Txn),
+    /// A controller checks its fences after a conflict.
+    CheckFences(Txn),
     /// An agent's store action.
     Agent(AgentAction),
     /// A replica's election request.
@@ -40,11 +40,9 @@ pub(crate) enum Request {
 #[derive(Debug)]
 pub(crate) enum Input {
     Listed(Result<Vec<Scan>, StoreError>),
-    Reconciled(
-        Result<Vec<Change>, ReconcileFailure>,
-        Vec<ccattler_core::Event>,
-    ),
+    Reconciled(Reconciled),
     Committed(Result<TxnResponse, StoreError>),
+    FencesChecked(Result<TxnResponse, StoreError>),
     Agent(Outcome),
     Election(ElectionOutcome),
 }
