@@ -434,6 +434,66 @@ fn init_steps_run_in_order_before_the_main_process_and_a_failing_one_is_reported
     assert_eq!(step.state("b"), None, "the main process never started");
 }
 
+/// Service names may hold `.init` (`shop.initial`, `team/initdb`, whose ids have `.` for
+/// `/`): such an instance is owned by itself, never taken for an init step of another
+/// instance and stopped as an orphan. Init steps of a dotted name are still known as steps.
+#[test]
+fn instances_whose_names_hold_init_are_not_taken_for_init_steps() {
+    let mut step = Step::new();
+    let plain = service("shop", &[]);
+    let dotted = service("shop.initial", &[]);
+    let mut slashed = service("team/initdb", &[]);
+    slashed.init = vec![schema::InitStep::new("true")];
+    step.place("shop-1", &plain, DesiredState::Running);
+    step.place("shop.initial-1", &dotted, DesiredState::Running);
+    step.place("team.initdb-1", &slashed, DesiredState::Running);
+    step.advance(Duration::from_secs(3));
+    for id in ["shop-1", "shop.initial-1", "team.initdb-1"] {
+        assert!(running(&step, id), "{id} runs: {:?}", step.observation(id));
+        let starts = step
+            .log
+            .iter()
+            .filter(|(_, a)| *a == format!("ensure_running {id}"));
+        assert_eq!(starts.count(), 1, "{id} started once");
+    }
+    assert_eq!(
+        step.count("ensure_stopped"),
+        0,
+        "nothing stopped: {:?}",
+        step.tail()
+    );
+    assert_eq!(
+        step.observation("team.initdb-1").map(|o| o.init_done),
+        Some(1)
+    );
+
+    // An instance nobody placed is an orphan whatever its name, and so is a step of one.
+    step.unplace("shop.initial-1");
+    step.advance(Duration::from_secs(1));
+    assert_eq!(
+        step.state("shop.initial-1"),
+        None,
+        "the orphan was stopped and removed"
+    );
+    assert!(running(&step, "shop-1"));
+}
+
+/// The simulator runs init steps as programs that end: `true` (or a command it does not know)
+/// ends with 0, so the main process starts after them.
+#[test]
+fn init_steps_end_on_the_simulator() {
+    let mut step = Step::new();
+    let mut spec = service("migrated", &[]);
+    spec.init = vec![
+        schema::InitStep::new("true"),
+        schema::InitStep::new("./migrate --all"),
+    ];
+    step.place("m-1", &spec, DesiredState::Running);
+    step.advance(Duration::from_secs(1));
+    let seen = step.observation("m-1").expect("reported");
+    assert_eq!((seen.state, seen.init_done), (ObservedState::Running, 2));
+}
+
 #[test]
 fn a_failed_liveness_probe_is_reported_unhealthy_then_restarts_the_instance() {
     let mut step = Step::new();

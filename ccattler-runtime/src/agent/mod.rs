@@ -75,6 +75,12 @@ use std::sync::Arc;
 
 use ccattler_core::{FactStore, Runtime};
 
+/// The environment variable an init step runs with: its index among its service's init steps
+/// (`0` for the first). Beside it, like every instance, the step has `CCATTLER_INSTANCE` (the
+/// id of the instance it prepares) and `CCATTLER_SERVICE`. A runtime may read it to know the
+/// program is meant to end (the simulator does).
+pub const INIT_STEP_ENV: &str = "CCATTLER_INIT_STEP";
+
 /// Why the agent stopped abnormally. Store and runtime failures are not among them: the agent
 /// outlives both.
 #[derive(Debug, thiserror::Error)]

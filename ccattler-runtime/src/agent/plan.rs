@@ -11,7 +11,7 @@ use ccattler_core::{InstanceState, ObservedInstance};
 use super::action::{Action, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
-use super::spec::{MissingSecret, init_id, init_spec, instance_spec, restarts};
+use super::spec::{MissingSecret, init_id, init_spec, instance_spec, owner, restarts};
 
 /// How the reason of an instance whose spec is not fetched yet begins: a wait of a moment,
 /// reported but not worth an event.
@@ -244,10 +244,7 @@ impl AgentLoop {
             return;
         }
         for (id, sample) in &self.observed {
-            let owner = id
-                .split_once(".init")
-                .map_or(id.as_str(), |(owner, _)| owner);
-            if self.desired.placements.contains_key(owner) {
+            if owner(id, &self.desired).is_some() {
                 continue;
             }
             if sample.instance.state.has_ended() {

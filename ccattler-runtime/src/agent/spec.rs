@@ -102,6 +102,10 @@ pub(super) fn init_spec(
     volumes_dir: &Path,
 ) -> Result<InstanceSpec, MissingSecret> {
     let mut init = instance_spec(&init_id(id, step), spec, desired, volumes_dir)?;
+    // The step prepares instance `id`: it is told so, and which step it is.
+    init.env.insert("CCATTLER_INSTANCE".into(), id.to_owned());
+    init.env
+        .insert(super::INIT_STEP_ENV.into(), step.to_string());
     let command = spec
         .init
         .get(step)
@@ -115,6 +119,24 @@ pub(super) fn init_spec(
 /// The id of an init step's instance.
 pub(super) fn init_id(id: &str, step: usize) -> String {
     format!("{id}.init{step}")
+}
+
+/// The placed instance an id the runtime reports belongs to: the instance itself when it is
+/// placed here, or the placed instance `owner` of which it is init step `k`, when the id is
+/// exactly [`init_id`]`(owner, k)` and `k` is one of the steps its spec has (any step when the
+/// spec is not known yet). Never read out of the name alone: a service may be called
+/// `shop.initial` or `team/initdb`, and its instances are owned by themselves.
+pub(super) fn owner<'a>(id: &'a str, desired: &'a Desired) -> Option<&'a str> {
+    if desired.placements.contains_key(id) {
+        return Some(id);
+    }
+    let (owner, step) = id.rsplit_once(".init")?;
+    let step: usize = step.parse().ok()?;
+    if init_id(owner, step) != id || !desired.placements.contains_key(owner) {
+        return None;
+    }
+    let steps = desired.spec_of(owner).map(|spec| spec.init.len());
+    steps.is_none_or(|n| step < n).then_some(owner)
 }
 
 /// Whether an instance that ended in `state` is started again under `policy`.

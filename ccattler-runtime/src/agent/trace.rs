@@ -17,10 +17,8 @@ use super::perform::{self, Outcome};
 /// ones (observe, probe).
 pub(super) fn span(node: &str, action: &Action, desired: &Desired) -> Span {
     let service = |id: &str| {
-        let owner = id.split_once(".init").map_or(id, |(owner, _)| owner);
-        desired
-            .placements
-            .get(owner)
+        super::spec::owner(id, desired)
+            .and_then(|owner| desired.placements.get(owner))
             .map(|a| a.service.clone())
             .unwrap_or_default()
     };

@@ -15,8 +15,13 @@
 //! | `exit <code>` | ends at once on its own with `code` ([`InstanceState::Exited`]) |
 //! | `print <line>...` | writes each argument as a line of output, then runs |
 //! | a program marked missing with [`Faults::missing_command`] | fails: [`RuntimeError::CommandNotFound`] |
+//! | `true`, `:` / `false` | ends at once with 0 / 1 |
 //! | `sh -c "<program>"` | what `<program>` does (init steps and exec probes run this way) |
 //! | anything else, or no command | runs until stopped |
+//!
+//! An init step (a spec whose environment holds `CCATTLER_INIT_STEP`, as the node agent starts
+//! them) is a program that ends: one the vocabulary does not know ends with 0 at once, as a
+//! step that did its work; `sleep ...` never ends, a step that hangs until its timeout.
 //!
 //! [`Runtime::exec`] reads `exit <code> [output...]` the same way (returns `code` and prints the
 //! output words, one per line); any other command returns code 0 and no output.
@@ -173,8 +178,9 @@ impl Runtime for SimulatorRuntime {
     }
 }
 
-/// What the simulator makes of `exit <code>` (or `sh -c "exit <code>"`, as init steps and exec
-/// probes are run): the code, or `None` for any other command.
+/// What the simulator makes of `exit <code>`, `true`, `:` and `false` (or the same run by
+/// `sh -c`, as init steps and exec probes are run): the code it ends with, or `None` for any
+/// other command.
 fn exit_code(command: &[String]) -> Option<i32> {
     match command {
         [shell, flag, script] if shell == "sh" && flag == "-c" => {
@@ -182,8 +188,26 @@ fn exit_code(command: &[String]) -> Option<i32> {
             exit_code(&words)
         }
         [program, code, ..] if program == "exit" => code.parse().ok(),
-        [program] if program == "exit" => Some(0),
+        [program] if program == "exit" || program == "true" || program == ":" => Some(0),
+        [program] if program == "false" => Some(1),
         _ => None,
+    }
+}
+
+/// What an init step (a spec whose environment names [`INIT_STEP_ENV`](crate::agent::INIT_STEP_ENV)) ends with: its
+/// program's code when the vocabulary knows it; a `sleep` never ends (a step that hangs until
+/// its timeout); anything else ends with 0 at once, as a step that did its work.
+fn init_step_exit(command: &[String]) -> Option<i32> {
+    let script: Vec<&str> = match command {
+        [shell, flag, script] if shell == "sh" && flag == "-c" => {
+            script.split_whitespace().collect()
+        }
+        other => other.iter().map(String::as_str).collect(),
+    };
+    match exit_code(command) {
+        Some(code) => Some(code),
+        None if script.first() == Some(&"sleep") => None,
+        None => Some(0),
     }
 }
 
@@ -208,6 +232,18 @@ mod tests {
         assert_eq!(exit_code(&s(&["exit", "x"])), None);
         assert_eq!(exit_code(&s(&["sh", "-c", "exit 7"])), Some(7));
         assert_eq!(exit_code(&s(&["sh", "-c", "sleep 1"])), None);
+        assert_eq!(exit_code(&s(&["sh", "-c", "true"])), Some(0));
+        assert_eq!(exit_code(&s(&["false"])), Some(1));
+    }
+
+    #[test]
+    fn init_steps_end_unless_they_sleep() {
+        assert_eq!(
+            init_step_exit(&s(&["sh", "-c", "./migrate --all"])),
+            Some(0)
+        );
+        assert_eq!(init_step_exit(&s(&["sh", "-c", "exit 2"])), Some(2));
+        assert_eq!(init_step_exit(&s(&["sh", "-c", "sleep 600"])), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use ccattler_core::{
     RuntimeError,
 };
 
-use super::{exit_code, is_live};
+use super::{exit_code, init_step_exit, is_live};
 
 /// Memory a running instance reports when its spec sets no limit.
 const DEFAULT_MEMORY: Memory = Memory::from_bytes(16 * 1024 * 1024);
@@ -32,9 +32,15 @@ impl SimInstance {
         seen
     }
 
-    /// What the instance does once it is past starting: ends if its program is `exit`, else runs.
+    /// What the instance does once it is past starting: ends if its program says so (or it is
+    /// an init step that ends, see [`init_step_exit`]), else runs.
     pub(super) fn settle(&mut self) {
-        self.state = match exit_code(&self.spec.command) {
+        let ends = if self.spec.env.contains_key(crate::agent::INIT_STEP_ENV) {
+            init_step_exit(&self.spec.command)
+        } else {
+            exit_code(&self.spec.command)
+        };
+        self.state = match ends {
             Some(code) => InstanceState::Exited { code },
             None => InstanceState::Running,
         };
