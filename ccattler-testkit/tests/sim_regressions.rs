@@ -255,3 +255,61 @@ fn names_with_init_and_init_steps_converge_under_faults() {
         assert!(report.passed(), "seed {seed}: {}", report.explain());
     }
 }
+
+/// A start that takes longer than the lease TTL (a big image to pull, 25 s against a 10 s
+/// lease) holds back only its own instances: meanwhile every node keeps its lease (none
+/// registers again), and the other service is started, its crashed instances restarted, all
+/// ready long before the slow ones run.
+#[test]
+fn a_start_longer_than_the_lease_holds_back_only_its_own_instance() {
+    let text = "service big {\n  image example/big:1\n  instances 2\n}\n\
+        service web {\n  image example/web:1\n  instances 6\n  expose 80 http\n  readiness {\n    tcp\n    every 1s\n  }\n}\n";
+    let schedule = Schedule {
+        faults: (0..4)
+            .map(|i| Fault {
+                at: sec(6 + 3 * i),
+                kind: FaultKind::ProcessCrash,
+                target: i as u32,
+                length: Duration::ZERO,
+                wipe: false,
+            })
+            .collect(),
+    };
+    let mut sim = Simulation::builder(desired(text))
+        .seed(5)
+        .nodes(2, Cpu::from_millis(8_000), Memory::from_bytes(8 << 30))
+        .slow_image("example/big:1", sec(25))
+        .schedule(schedule)
+        .build();
+    sim.run_until(sec(4));
+    let registered = |sim: &Simulation| {
+        sim.snapshot()
+            .expect("snapshot")
+            .cluster()
+            .registered
+            .clone()
+    };
+    let first = registered(&sim);
+    assert_eq!(first.len(), 2, "both nodes registered");
+    sim.run_until(sec(20));
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+    let snapshot = sim.snapshot().expect("snapshot");
+    let web_ready = snapshot
+        .cluster()
+        .instances_of("web")
+        .filter(|i| i.node_alive && i.is_ready())
+        .count();
+    assert_eq!(
+        web_ready, 6,
+        "web ready, crashes restarted, while big still starts"
+    );
+    assert_eq!(sim.running("big"), 0, "big is still starting");
+    assert_eq!(
+        registered(&sim),
+        first,
+        "no node lost its lease or registered again"
+    );
+    sim.run_until(sec(40));
+    assert_eq!(sim.running("big"), 2, "big runs once its starts are over");
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+}

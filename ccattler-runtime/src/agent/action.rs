@@ -12,13 +12,18 @@ use ccattler_core::{
 use super::cache::Desired;
 use super::probe::ProbeKind;
 
-/// Which of the driver's two queues an action belongs to. The driver performs at most one action
-/// of each lane at a time, and the two lanes concurrently, so that a slow start (an image pull)
-/// never holds back the lease's renewal.
+/// Where an action is performed. The driver performs every action the loop hands it at once,
+/// each on its own, concurrently with the others: the loop itself keeps at most one store
+/// action, one lease renewal and one observation in flight, and one runtime action per
+/// instance (up to [`AgentConfig::parallel_actions`](super::AgentConfig) instances at a time),
+/// so that a slow start (an image pull) never holds back another instance, the lease's
+/// renewal or the reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
-    /// Talks to the store: register, list, watch, fetch, renew, report.
+    /// Talks to the store: register, list, watch, fetch, report.
     Store,
+    /// Renews the node's lease, beside any other store action.
+    Lease,
     /// Talks to the runtime: observe, start, stop, remove, probe.
     Runtime,
     /// Done at once, on the local machine: save the cache, log.
@@ -162,8 +167,8 @@ impl Action {
             | Action::Watch { .. }
             | Action::FetchSpec { .. }
             | Action::FetchSecrets { .. }
-            | Action::RenewLease { .. }
             | Action::Report { .. } => Lane::Store,
+            Action::RenewLease { .. } => Lane::Lease,
             Action::Observe
             | Action::EnsureRunning { .. }
             | Action::EnsureStopped { .. }

@@ -57,6 +57,10 @@ pub struct AgentConfig {
     /// plane that comes back sees the node again within seconds, not after a grown backoff.
     /// Default 30 s (so the lease TTL decides: every 3.3 s at the default 10 s).
     pub max_backoff: Duration,
+    /// How many instances may have a runtime action (a start, a stop, a probe...) in flight at
+    /// once. Each instance's own actions run one at a time, in order; a slow one holds back only
+    /// that instance. Default 8.
+    pub parallel_actions: usize,
 }
 
 impl AgentConfig {
@@ -80,6 +84,7 @@ impl AgentConfig {
             stop_grace: Duration::from_secs(10),
             retry_delays: LoopConfig::default().restart_delays,
             max_backoff: Duration::from_secs(30),
+            parallel_actions: 8,
         }
     }
 
@@ -166,6 +171,13 @@ impl AgentConfig {
     #[must_use]
     pub fn max_backoff(mut self, max: Duration) -> Self {
         self.max_backoff = max;
+        self
+    }
+
+    /// Sets how many instances may have a runtime action in flight at once (at least one).
+    #[must_use]
+    pub fn parallel_actions(mut self, instances: usize) -> Self {
+        self.parallel_actions = instances.max(1);
         self
     }
 

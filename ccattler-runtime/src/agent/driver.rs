@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccattler_core::{FactStore, Runtime, StoreError, WatchEvent};
+use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
@@ -17,9 +18,6 @@ use super::local::{self, NodeSnapshot, PASS_DURATION};
 use super::machine::AgentLoop;
 use super::perform::{self, Outcome};
 use super::trace;
-
-/// How often the runtime is asked for progress while a start is in flight.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 use super::{AgentError, NodeAgent};
 
 /// One action being performed: the outcome once it completes (`None` for an action of another
@@ -64,17 +62,14 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
         machine.set_epoch(std::time::SystemTime::now());
         let mut shutdown = std::pin::pin!(shutdown);
         let mut watch: Option<S::Watch> = None;
+        // Every action runs on its own: the loop bounds how many of each kind are in flight.
         let mut store_op: Option<InFlight> = None;
-        let mut runtime_op: Option<InFlight> = None;
+        let mut lease_op: Option<InFlight> = None;
+        let mut runtime_ops: FuturesUnordered<InFlight> = FuturesUnordered::new();
         // When the pass under way began, and when the snapshot was last published.
         let mut pass_began: Option<Instant> = None;
         let mut published: Option<Instant> = None;
         let mut changed = true;
-        // While a start is in flight (an image pull can take long), the runtime is asked every
-        // second what it is doing, so the pull's progress is reported meanwhile.
-        let mut starting = false;
-        let mut progress = tokio::time::interval(PROGRESS_EVERY);
-        progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             machine.tick(origin.elapsed());
             while let Some(action) = machine.next_action() {
@@ -100,17 +95,22 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     Action::RuntimeFailed { reason } => {
                         tracing::warn!(node = %node, "{reason}");
                     }
-                    action if action.lane() == Lane::Store => {
+                    action if matches!(action.lane(), Lane::Store | Lane::Lease) => {
+                        let lane = action.lane();
                         let store = self.store.clone();
                         let (node, ttl) = (node.clone(), self.config.lease_ttl);
                         let operation = local::store_operation(&action);
-                        store_op = Some(Box::pin(async move {
+                        let op: InFlight = Box::pin(async move {
                             let outcome = perform::store_action(&store, &node, ttl, action).await;
                             if outcome.as_ref().and_then(Outcome::error).is_some() {
                                 local::store_error(operation);
                             }
                             outcome
-                        }));
+                        });
+                        match lane {
+                            Lane::Lease => lease_op = Some(op),
+                            _ => store_op = Some(op),
+                        }
                     }
                     action => {
                         let runtime = Arc::clone(&self.runtime);
@@ -123,11 +123,12 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                             _ => None,
                         };
                         let span = trace::span(&node, &action, machine.desired());
-                        starting = matches!(action, Action::EnsureRunning { .. });
-                        runtime_op = Some(Box::pin(async move {
+                        runtime_ops.push(Box::pin(async move {
                             let outcome =
                                 trace::traced_runtime_action(runtime.as_ref(), action, span).await;
-                            if let (Some(kind), Some(Outcome::Probed(result))) = (probe, &outcome) {
+                            if let (Some(kind), Some(Outcome::Probed { result, .. })) =
+                                (probe, &outcome)
+                            {
                                 local::probed(kind, result.is_ok());
                             }
                             outcome
@@ -135,7 +136,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     }
                 }
             }
-            if runtime_op.is_none()
+            if runtime_ops.is_empty()
                 && let Some(began) = pass_began.take()
             {
                 metrics::histogram!(PASS_DURATION).record(began.elapsed().as_secs_f64());
@@ -160,17 +161,16 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
+                outcome = in_flight(&mut lease_op) => {
+                    lease_op = None;
+                    feed(&mut machine, outcome);
+                }
                 outcome = in_flight(&mut store_op) => {
                     store_op = None;
                     feed(&mut machine, outcome);
                 }
-                outcome = in_flight(&mut runtime_op) => {
-                    runtime_op = None;
-                    starting = false;
+                Some(outcome) = runtime_ops.next(), if !runtime_ops.is_empty() => {
                     feed(&mut machine, outcome);
-                }
-                _ = progress.tick(), if starting => {
-                    machine.progressed(perform::observe(self.runtime.as_ref()).await);
                 }
                 item = next_event(&mut watch) => {
                     // Drain everything already delivered, so a burst makes one pass.

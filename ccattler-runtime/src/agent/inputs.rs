@@ -3,14 +3,13 @@
 use std::collections::BTreeSet;
 
 use ccattler_core::schema::{self, Assignment, RecordKey, ServiceSpec};
-use ccattler_core::{
-    EventKind, Fact, InstanceState, LeaseId, RuntimeError, StoreError, WatchEvent,
-};
+use ccattler_core::{EventKind, Fact, LeaseId, RuntimeError, StoreError, WatchEvent};
 
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
 use super::plan::Renew;
 use super::spec::secret_in_env;
+use super::work::Observe;
 
 impl AgentLoop {
     /// The result of [`Action::Register`]: the lease the node now holds.
@@ -241,7 +240,7 @@ impl AgentLoop {
     /// The result of [`Action::RenewLease`]. A lease that expired, or a store that cannot be
     /// reached, means registering again.
     pub fn renewed(&mut self, result: Result<(), StoreError>) {
-        if self.store_done(|op| *op == StoreOp::Renew).is_none() {
+        if !std::mem::take(&mut self.renewing) {
             return;
         }
         let Link::Live {
@@ -285,9 +284,11 @@ impl AgentLoop {
         }
     }
 
-    /// The result of [`Action::Observe`]: every instance the runtime knows of.
+    /// The result of [`Action::Observe`]: every instance the runtime knows of. An observation to
+    /// decide a pass plans it; one to report (after actions, or every second while a start is in
+    /// flight, for a pull's progress) only updates what the next report says.
     pub fn observed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
-        let Some(op) = self.runtime_busy.take() else {
+        let Some(seen) = self.work.observed() else {
             return;
         };
         match result {
@@ -296,9 +297,8 @@ impl AgentLoop {
                     .into_iter()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                if op == RuntimeOp::ObserveToDecide {
-                    self.plan_pass();
-                    self.report_after_queue = !self.queue.is_empty();
+                if seen.purpose == Observe::Decide {
+                    self.plan_pass(seen);
                 }
                 self.report_wanted = true;
             }
@@ -306,29 +306,14 @@ impl AgentLoop {
                 reason: format!("observing failed: {err}"),
             }),
         }
+        self.work.forget_marks();
     }
 
-    /// What the runtime reports while a start is still in flight (the driver asks on its own,
-    /// every second, outside the runtime lane): instances pulling their image, whose progress
-    /// is then reported without waiting for the start to return. Anything else is left to the
-    /// next pass; an error is ignored (the start's own result tells).
-    pub fn progressed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
-        let Ok(samples) = result else {
-            return;
-        };
-        for sample in samples {
-            let pulling = matches!(sample.instance.state, InstanceState::Pulling { .. });
-            if pulling && self.desired.placements.contains_key(&sample.instance.id) {
-                self.observed.insert(sample.instance.id.clone(), sample);
-                self.report_wanted = true;
-            }
-        }
-    }
-
-    /// The result of [`Action::EnsureRunning`], [`Action::EnsureStopped`] or
-    /// [`Action::Remove`].
-    pub fn done(&mut self, result: Result<(), RuntimeError>) {
-        let Some(op) = self.runtime_busy.take() else {
+    /// The result of [`Action::EnsureRunning`], [`Action::EnsureStopped`],
+    /// [`Action::UpdateFiles`] or [`Action::Remove`] of runtime id `id` (the action's id: an
+    /// init step's own).
+    pub fn done(&mut self, id: &str, result: Result<(), RuntimeError>) {
+        let Some(op) = self.work.finish(id) else {
             return;
         };
         let now = self.now;
@@ -372,12 +357,12 @@ impl AgentLoop {
             }
             _ => {}
         }
-        self.report_wanted = true;
+        self.report_observe = true;
     }
 
-    /// The result of [`Action::Probe`].
-    pub fn probed(&mut self, result: Result<(), String>) {
-        let Some(op) = self.runtime_busy.take() else {
+    /// The result of [`Action::Probe`] of instance `id`.
+    pub fn probed(&mut self, id: &str, result: Result<(), String>) {
+        let Some(op) = self.work.finish(id) else {
             return;
         };
         if let RuntimeOp::Probe(id, kind) = op

@@ -12,6 +12,11 @@ use super::cache::Desired;
 use super::config::AgentConfig;
 use super::plan::Track;
 use super::probe::ProbeKind;
+use super::work::{Observe, Work};
+
+/// While a start is in flight (an image pull can take long), how often the runtime is observed
+/// to report its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Counters of what an agent loop has done, for tests, metrics and the simulation's summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,23 +60,33 @@ pub(super) enum StoreOp {
     List,
     FetchSpec(String),
     FetchSecrets(Vec<String>),
-    Renew,
     Report(Vec<(String, Option<Value>)>),
 }
 
-/// The runtime action in flight, to match its result.
+/// A runtime action of one instance in flight, to match its result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum RuntimeOp {
-    /// Observe to decide what to do (a pass).
-    ObserveToDecide,
-    /// Observe after acting, to report what the actions did.
-    ObserveToReport,
     Start(String),
     StartInit(String, usize),
     Stop(String),
     UpdateFiles(String),
     Remove(String),
     Probe(String, ProbeKind),
+}
+
+impl RuntimeOp {
+    /// The id the runtime knows the action by (an init step's own id for its start), which its
+    /// outcome names.
+    pub(super) fn runtime_id(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            RuntimeOp::StartInit(id, step) => super::spec::init_id(id, *step).into(),
+            RuntimeOp::Start(id)
+            | RuntimeOp::Stop(id)
+            | RuntimeOp::UpdateFiles(id)
+            | RuntimeOp::Remove(id)
+            | RuntimeOp::Probe(id, _) => id.as_str().into(),
+        }
+    }
 }
 
 /// The loop logic of one node's agent as a pure state machine.
@@ -86,17 +101,21 @@ pub(super) enum RuntimeOp {
 /// [`done`](Self::done) and [`probed`](Self::probed). Outputs: [`next_action`](Self::next_action)
 /// until `None`, then wait for a result, a watch event or [`deadline`](Self::deadline).
 ///
-/// Actions come in two [`Lane`](super::Lane)s: at most one store action and one runtime action
-/// are outstanding at a time, and the driver may run the two at once. A watch delivers events
-/// without holding the store lane.
+/// The driver performs every action as soon as the loop hands it out, concurrently with those
+/// in flight; the loop bounds them ([`Lane`](super::Lane)): one store action, one lease renewal
+/// and one observation at a time, and one runtime action per instance, for up to
+/// [`AgentConfig::parallel_actions`] instances at once. A watch delivers events without holding
+/// the store lane.
 ///
 /// Every [`AgentConfig::resync_interval`] the loop lists its placements again, the safety net
 /// against a watch that lost an event without breaking.
 ///
 /// One pass: observe the runtime; compare with the placements; queue the starts, stops, removals
-/// and probes that are due; perform them one by one; observe again; report what changed. A pass
+/// and probes that are due, each on its instance's lane (an instance whose lane is still busy
+/// waits for a later pass); as actions finish, observe again and report what changed. A pass
 /// runs every [`AgentConfig::sync_interval`], and at once after a placement, spec or secret
-/// changes.
+/// changes. While a start is in flight, the runtime is observed every second and the report
+/// follows it (a pull's progress).
 ///
 /// # Guarantees
 ///
@@ -145,10 +164,15 @@ pub struct AgentLoop {
     pub(super) link: Link,
     pub(super) failures: u32,
     pub(super) store_busy: Option<StoreOp>,
-    pub(super) runtime_busy: Option<RuntimeOp>,
-    pub(super) queue: VecDeque<(Action, RuntimeOp)>,
-    /// Observe again to report once the queue drains.
-    pub(super) report_after_queue: bool,
+    /// A lease renewal is in flight (it has a lane of its own: it never waits for other store
+    /// work).
+    pub(super) renewing: bool,
+    /// The runtime actions, one lane per instance, and the observation in flight.
+    pub(super) work: Work,
+    /// Observe again to report what the actions did (once no observation is in flight).
+    pub(super) report_observe: bool,
+    /// While a start is in flight, when the runtime is observed again to report its progress.
+    pub(super) progress_at: Duration,
     pub(super) observed: BTreeMap<String, Sample>,
     pub(super) tracks: BTreeMap<String, Track>,
     /// Observation values as the store holds them (as far as the loop knows), by instance id.
@@ -181,6 +205,7 @@ impl AgentLoop {
         let event_ring = EventRing::new(keys::node_event_writer(&config.node));
         let volumes = config.cache_dir.join("volumes");
         AgentLoop {
+            work: Work::new(config.parallel_actions),
             config,
             volumes,
             now: Duration::ZERO,
@@ -191,9 +216,9 @@ impl AgentLoop {
             },
             failures: 0,
             store_busy: None,
-            runtime_busy: None,
-            queue: VecDeque::new(),
-            report_after_queue: false,
+            renewing: false,
+            report_observe: false,
+            progress_at: Duration::ZERO,
             observed: BTreeMap::new(),
             tracks: BTreeMap::new(),
             reported: BTreeMap::new(),
@@ -249,24 +274,22 @@ impl AgentLoop {
 
     /// The next time at which [`tick`](Self::tick) has work to do.
     pub fn deadline(&self) -> Option<Duration> {
-        // A busy lane gets a result first, and the loop is asked again then.
+        let renew = match self.link {
+            Link::Live { renew_at, .. } if !self.renewing => Some(renew_at),
+            _ => None,
+        };
+        // A busy store lane gets a result first, and the loop is asked again then.
         let link = match self.link {
             _ if self.store_busy.is_some() => None,
             Link::Down { retry_at } => Some(retry_at),
-            Link::Live {
-                renew_at,
-                resync_at,
-                ..
-            } if !self.desired.names_secrets() => Some(renew_at.min(resync_at)),
-            Link::Live {
-                renew_at,
-                resync_at,
-                ..
-            } => Some(renew_at.min(resync_at).min(self.secrets_refresh_at)),
+            Link::Live { resync_at, .. } if !self.desired.names_secrets() => Some(resync_at),
+            Link::Live { resync_at, .. } => Some(resync_at.min(self.secrets_refresh_at)),
             Link::Registering | Link::Listing { .. } => None,
         };
-        let pass = (self.runtime_busy.is_none() && self.queue.is_empty()).then_some(self.next_pass);
-        [link, pass].into_iter().flatten().min()
+        let observing = self.work.observing().is_some();
+        let pass = (!observing).then_some(self.next_pass);
+        let progress = (!observing && self.work.starting()).then_some(self.progress_at);
+        [renew, link, pass, progress].into_iter().flatten().min()
     }
 
     /// Time moved to `now` (monotonic, from the driver's origin).
@@ -288,15 +311,29 @@ impl AgentLoop {
                 desired: Box::new(self.desired.clone()),
             });
         }
+        if let Some(action) = self.lease_work() {
+            return Some(action);
+        }
         if self.store_busy.is_none()
             && let Some(action) = self.store_work()
         {
             return Some(action);
         }
-        if self.runtime_busy.is_none() {
-            return self.runtime_work();
+        self.runtime_work()
+    }
+
+    /// The lease's renewal, when due: on a lane of its own, so that no other store action (a
+    /// large report, a slow fetch) holds it back.
+    fn lease_work(&mut self) -> Option<Action> {
+        match self.link {
+            Link::Live {
+                lease, renew_at, ..
+            } if !self.renewing && self.now >= renew_at => {
+                self.renewing = true;
+                Some(Action::RenewLease { lease })
+            }
+            _ => None,
         }
-        None
     }
 
     fn store_work(&mut self) -> Option<Action> {
@@ -308,12 +345,6 @@ impl AgentLoop {
                     lease: self.desired.lease_id(),
                     status: schema::encode(&self.config.status()),
                 })
-            }
-            Link::Live {
-                lease, renew_at, ..
-            } if self.now >= renew_at => {
-                self.store_busy = Some(StoreOp::Renew);
-                Some(Action::RenewLease { lease })
             }
             Link::Live {
                 lease, resync_at, ..
@@ -390,25 +421,28 @@ impl AgentLoop {
     }
 
     fn runtime_work(&mut self) -> Option<Action> {
-        if let Some((action, op)) = self.queue.pop_front() {
+        if let Some((action, op)) = self.work.next() {
             match &op {
-                RuntimeOp::Start(_) | RuntimeOp::StartInit(..) => self.stats.starts += 1,
+                RuntimeOp::Start(_) | RuntimeOp::StartInit(..) => {
+                    self.stats.starts += 1;
+                    self.progress_at = self.now.saturating_add(PROGRESS_EVERY);
+                }
                 RuntimeOp::Stop(_) => self.stats.stops += 1,
                 RuntimeOp::Probe(..) => self.stats.probes += 1,
                 _ => {}
             }
-            self.runtime_busy = Some(op);
             return Some(action);
         }
-        if self.report_after_queue {
-            self.report_after_queue = false;
-            self.runtime_busy = Some(RuntimeOp::ObserveToReport);
+        if self.pass_wanted && self.work.observe(Observe::Decide) {
+            self.pass_wanted = false;
+            self.report_observe = false;
+            self.next_pass = self.now.saturating_add(self.config.sync_interval);
             return Some(Action::Observe);
         }
-        if self.pass_wanted {
-            self.pass_wanted = false;
-            self.next_pass = self.now.saturating_add(self.config.sync_interval);
-            self.runtime_busy = Some(RuntimeOp::ObserveToDecide);
+        let progress = self.work.starting() && self.now >= self.progress_at;
+        if (self.report_observe || progress) && self.work.observe(Observe::Report) {
+            self.report_observe = false;
+            self.progress_at = self.now.saturating_add(PROGRESS_EVERY);
             return Some(Action::Observe);
         }
         None

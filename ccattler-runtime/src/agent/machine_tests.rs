@@ -31,6 +31,9 @@ pub(super) struct Step {
     store_down: bool,
     /// Every action the loop asked for, stamped with virtual time.
     pub(super) log: Vec<(Duration, String)>,
+    /// Instances whose start stays in flight until [`release`](Self::release): performed (the
+    /// simulator shows them starting) but not answered.
+    held: std::collections::BTreeMap<String, Option<perform::Outcome>>,
 }
 
 impl Step {
@@ -57,6 +60,7 @@ impl Step {
             watch: None,
             store_down: false,
             log: Vec::new(),
+            held: std::collections::BTreeMap::new(),
         }
     }
 
@@ -99,7 +103,15 @@ impl Step {
             }
             Action::Disconnected { .. } => self.watch = None,
             Action::SaveCache { .. } | Action::RuntimeFailed { .. } => {}
-            action if action.lane() == super::Lane::Store => {
+            Action::EnsureRunning { spec } if self.held.contains_key(&spec.id) => {
+                self.sim.faults().slow_start(spec.id.clone());
+                let id = spec.id.clone();
+                let outcome = perform::runtime_action(&self.sim, Action::EnsureRunning { spec })
+                    .now_or_never()
+                    .expect("the simulator is ready at once");
+                self.held.insert(id, outcome);
+            }
+            action if action.lane() != super::Lane::Runtime => {
                 if self.store_down {
                     return self.fail_store(action);
                 }
@@ -115,6 +127,20 @@ impl Step {
                 .expect("a runtime action")
                 .feed(&mut self.machine),
         }
+    }
+
+    /// From now on, the start of `id` stays in flight until [`release`](Self::release).
+    fn hold_start(&mut self, id: &str) {
+        self.held.insert(id.to_owned(), None);
+    }
+
+    /// The held start of `id` returns: the instance runs, and the loop hears of it.
+    fn release(&mut self, id: &str) {
+        self.sim.faults().release(id);
+        if let Some(Some(outcome)) = self.held.remove(id) {
+            outcome.feed(&mut self.machine);
+        }
+        self.settle();
     }
 
     /// Feeds the failure of whichever store action `action` was.
@@ -684,32 +710,63 @@ fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() 
     );
 }
 
+/// A start that takes longer than the lease TTL (an image pull) holds back only its own
+/// instance: meanwhile the lease is renewed, another instance is started, a crashed one is
+/// restarted and a third is stopped, and the slow one is reported starting, observed every
+/// second.
 #[test]
-fn a_pull_in_progress_is_reported_while_the_start_is_still_in_flight() {
+fn a_slow_start_holds_back_only_its_own_instance() {
     let mut step = Step::new();
-    step.place("w", &service("web", &[]), DesiredState::Running);
+    let fast = service("fast", &[]);
+    step.place("f1", &fast, DesiredState::Running);
+    step.place("f2", &fast, DesiredState::Running);
     step.advance(Duration::from_millis(300));
-    assert!(running(&step, "w"));
-    // What the driver's progress ticks feed while the runtime lane is busy with a start.
-    let pulling = super::Sample {
-        instance: ccattler_core::ObservedInstance::new(
-            "w",
-            InstanceState::Pulling {
-                image: "example/web:1".into(),
-                done: 2 << 20,
-                total: 5 << 20,
-            },
-        ),
-        stats: None,
-    };
-    step.machine.progressed(Ok(vec![pulling]));
-    let Some(Action::Report { puts, .. }) = step.machine.next_action() else {
-        panic!("expected a report at once");
-    };
-    let seen: InstanceObservation = serde_json::from_slice(&puts[0].1).expect("an observation");
-    assert_eq!(seen.state, ObservedState::Pulling);
-    assert_eq!(
-        seen.reason.as_deref(),
-        Some("pulling example/web:1: 2097152 of 5242880 bytes")
+    assert!(running(&step, "f1") && running(&step, "f2"));
+
+    step.hold_start("s");
+    step.place("s", &service("slow", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(300));
+    assert!(step.log.iter().any(|(_, a)| a == "ensure_running s"));
+    let held_from = step.log.len();
+    step.place("f3", &fast, DesiredState::Running);
+    step.sim.faults().crash("f1", 137);
+    step.place("f2", &fast, DesiredState::Stopped);
+    step.advance(TTL * 2);
+
+    let during = &step.log[held_from..];
+    let did = |what: &str| during.iter().filter(|(_, a)| a == what).count();
+    assert!(
+        did("renew lease 1") >= 5,
+        "renewed every third of the TTL: {during:?}"
     );
+    assert_eq!(step.count("register"), 1, "the lease never lapsed");
+    assert_eq!(
+        did("ensure_running f3"),
+        1,
+        "another instance started meanwhile"
+    );
+    assert_eq!(
+        did("ensure_running f1"),
+        1,
+        "a crashed one restarted meanwhile"
+    );
+    assert_eq!(
+        did("ensure_stopped f2 (asked)"),
+        1,
+        "a third stopped meanwhile"
+    );
+    assert!(running(&step, "f1") && running(&step, "f3"));
+    assert!(
+        did("observe") >= 6,
+        "observed at least every second: {}",
+        did("observe")
+    );
+    let seen = step
+        .observation("s")
+        .expect("reported while its start is in flight");
+    assert_eq!(seen.state, ObservedState::Starting);
+
+    step.release("s");
+    step.advance(Duration::from_millis(300));
+    assert!(running(&step, "s"));
 }

@@ -27,12 +27,17 @@
 //!   (through [`Runtime::observe`]) and restarts nothing.
 //! - **Shutdown leaves workloads running.** Stopping the agent stops nothing; its lease is kept
 //!   in the cache and resumed by the next agent if it still lives.
-//! - **A slow runtime never starves the lease.** Store and runtime actions run concurrently, one
-//!   of each at a time, so an image pull does not hold back the lease's renewal.
+//! - **Instances are independent.** Each instance's runtime actions run one at a time, in
+//!   order, and those of different instances at once (up to
+//!   [`AgentConfig::parallel_actions`]), so a pull or a slow start of one never delays another
+//!   instance's stop, start or probe. The lease's renewal has a lane of its own beside the other
+//!   store actions, and reports and observations go on while starts are in flight; an
+//!   observation is an action like the others, never made inline by the driver.
 //!
 //! | file | what it holds |
 //! |---|---|
 //! | `machine.rs` | [`AgentLoop`]: connection, lanes, what to do next |
+//! | `work.rs` | the runtime actions: one lane per instance, several lanes at once, the observation |
 //! | `inputs.rs` | its inputs: each action's result and the placement watch's events |
 //! | `plan.rs` | one pass decided: starts, init steps, restarts, stops, orphans, probes |
 //! | `report.rs` | the observations to write |
@@ -62,6 +67,7 @@ mod report;
 mod secret_tests;
 mod spec;
 mod trace;
+mod work;
 
 pub use action::{Action, Lane, Listing, Sample, StopReason};
 pub use cache::{Cache, Desired};

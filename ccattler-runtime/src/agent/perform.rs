@@ -32,10 +32,20 @@ pub enum Outcome {
     /// Of [`Action::Observe`].
     Observed(Result<Vec<Sample>, RuntimeError>),
     /// Of [`Action::EnsureRunning`], [`Action::EnsureStopped`], [`Action::UpdateFiles`] and
-    /// [`Action::Remove`].
-    Done(Result<(), RuntimeError>),
-    /// Of [`Action::Probe`].
-    Probed(Result<(), String>),
+    /// [`Action::Remove`] of runtime id `id` (the spec's id for a start).
+    Done {
+        /// The id the action named.
+        id: String,
+        /// What the runtime answered.
+        result: Result<(), RuntimeError>,
+    },
+    /// Of [`Action::Probe`] of instance `id`.
+    Probed {
+        /// The instance probed.
+        id: String,
+        /// Whether the check passed, or why not.
+        result: Result<(), String>,
+    },
 }
 
 impl Outcome {
@@ -49,8 +59,8 @@ impl Outcome {
             Outcome::Renewed(r) => machine.renewed(r),
             Outcome::Reported(r) => machine.reported(r),
             Outcome::Observed(r) => machine.observed(r),
-            Outcome::Done(r) => machine.done(r),
-            Outcome::Probed(r) => machine.probed(r),
+            Outcome::Done { id, result } => machine.done(&id, result),
+            Outcome::Probed { id, result } => machine.probed(&id, result),
         }
     }
 
@@ -60,15 +70,16 @@ impl Outcome {
             Outcome::Registered(Err(e)) | Outcome::Listed(Err(e)) => Some(e.to_string()),
             Outcome::FetchedSpec(Err(e)) | Outcome::FetchedSecrets(Err(e)) => Some(e.to_string()),
             Outcome::Renewed(Err(e)) | Outcome::Reported(Err(e)) => Some(e.to_string()),
-            Outcome::Observed(Err(e)) | Outcome::Done(Err(e)) => Some(e.to_string()),
-            Outcome::Probed(Err(e)) => Some(e.clone()),
+            Outcome::Observed(Err(e)) | Outcome::Done { result: Err(e), .. } => Some(e.to_string()),
+            Outcome::Probed { result: Err(e), .. } => Some(e.clone()),
             _ => None,
         }
     }
 }
 
-/// Performs a store action ([`Lane::Store`](super::Lane::Store), but not [`Action::Watch`],
-/// which the driver keeps as a stream). `lease_ttl` is the TTL of a newly granted lease; `node`
+/// Performs a store action ([`Lane::Store`](super::Lane::Store) or
+/// [`Lane::Lease`](super::Lane::Lease), but not [`Action::Watch`], which the driver keeps as a
+/// stream). `lease_ttl` is the TTL of a newly granted lease; `node`
 /// the node's name. Returns `None` for any other action.
 pub async fn store_action<S: FactStore>(
     store: &S,
@@ -201,16 +212,27 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
                     reason: format!("volume directory {}: {err}", mount.source.display()),
                 })
             });
-            match made {
-                Ok(()) => Outcome::Done(runtime.ensure_running(&spec).await),
-                Err(err) => Outcome::Done(Err(err)),
+            let result = match made {
+                Ok(()) => runtime.ensure_running(&spec).await,
+                Err(err) => Err(err),
+            };
+            Outcome::Done {
+                id: spec.id,
+                result,
             }
         }
         Action::EnsureStopped { id, grace, .. } => {
-            Outcome::Done(runtime.ensure_stopped(&id, grace).await)
+            let result = runtime.ensure_stopped(&id, grace).await;
+            Outcome::Done { id, result }
         }
-        Action::UpdateFiles { id, files } => Outcome::Done(runtime.update_files(&id, &files).await),
-        Action::Remove { id } => Outcome::Done(runtime.remove(&id).await),
+        Action::UpdateFiles { id, files } => {
+            let result = runtime.update_files(&id, &files).await;
+            Outcome::Done { id, result }
+        }
+        Action::Remove { id } => {
+            let result = runtime.remove(&id).await;
+            Outcome::Done { id, result }
+        }
         Action::Probe {
             id, probe, address, ..
         } => {
@@ -218,12 +240,11 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
                 ProbeCheck::Exec { .. } => None,
                 ProbeCheck::Tcp | ProbeCheck::Http { .. } => runtime.network_probe(&id).await,
             };
-            match answered {
-                Some(result) => Outcome::Probed(result),
-                None => {
-                    Outcome::Probed(probe::check(&probe, runtime, &id, address.as_deref()).await)
-                }
-            }
+            let result = match answered {
+                Some(result) => result,
+                None => probe::check(&probe, runtime, &id, address.as_deref()).await,
+            };
+            Outcome::Probed { id, result }
         }
         _ => return None,
     })

@@ -12,6 +12,7 @@ use super::action::{Action, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::spec::{MissingSecret, init_id, init_spec, instance_spec, owner, restarts};
+use super::work::Observing;
 
 /// How the reason of an instance whose spec is not fetched yet begins: a wait of a moment,
 /// reported but not worth an event.
@@ -70,11 +71,9 @@ impl Track {
         self.started = Some(now);
         self.condemned = None;
         self.probes = match spec {
-            Some(spec) => [
-                spec.startup.clone().map(|p| ProbeState::new(p, now)),
-                spec.liveness.clone().map(|p| ProbeState::new(p, now)),
-                spec.readiness.clone().map(|p| ProbeState::new(p, now)),
-            ],
+            Some(spec) => {
+                ProbeKind::ALL.map(|kind| kind.of(spec).cloned().map(|p| ProbeState::new(p, now)))
+            }
             None => Default::default(),
         };
     }
@@ -86,17 +85,27 @@ impl Track {
 }
 
 impl AgentLoop {
-    /// Decides one pass on the current observation and queues its runtime actions.
-    pub(super) fn plan_pass(&mut self) {
+    /// Decides one pass on the current observation (`seen`, the one just taken) and queues its
+    /// runtime actions, each on its instance's lane. An instance whose lane is busy is left to
+    /// a later pass, and so is one whose lane acted after the observation was sent (it may not
+    /// show what that did): then another pass follows at once.
+    pub(super) fn plan_pass(&mut self, observation: Observing) {
         let now = self.now;
         let grace = self.config.stop_grace;
         let delays = self.config.retry_delays.clone();
         for assignment in self.desired.placements.values() {
             let id = assignment.instance.as_str();
+            if self.work.busy(id) {
+                continue;
+            }
+            if self.work.changed_since(id, observation) {
+                self.pass_wanted = true;
+                continue;
+            }
             let seen = self.observed.get(id).map(|s| &s.instance);
             if assignment.state == DesiredState::Stopped {
                 if seen.is_some_and(|o| !o.state.has_ended()) {
-                    self.queue.push_back(stop(id, grace, StopReason::Asked));
+                    self.work.push(id, stop(id, grace, StopReason::Asked));
                 }
                 continue;
             }
@@ -135,24 +144,30 @@ impl AgentLoop {
                     continue;
                 };
                 match renew {
-                    Renew::Files => self.queue.push_back((
-                        Action::UpdateFiles {
-                            id: id.to_owned(),
-                            files: instance.files,
-                        },
-                        RuntimeOp::UpdateFiles(id.to_owned()),
-                    )),
+                    Renew::Files => self.work.push(
+                        id,
+                        (
+                            Action::UpdateFiles {
+                                id: id.to_owned(),
+                                files: instance.files,
+                            },
+                            RuntimeOp::UpdateFiles(id.to_owned()),
+                        ),
+                    ),
                     Renew::Restart => {
                         // Stopped and started in one go, so no report shows it stopped (the
                         // instance controller would replace it).
-                        self.queue
-                            .push_back(stop(id, grace, StopReason::SecretChanged));
-                        self.queue.push_back((
-                            Action::EnsureRunning {
-                                spec: Box::new(instance),
-                            },
-                            RuntimeOp::Start(id.to_owned()),
-                        ));
+                        self.work
+                            .push(id, stop(id, grace, StopReason::SecretChanged));
+                        self.work.push(
+                            id,
+                            (
+                                Action::EnsureRunning {
+                                    spec: Box::new(instance),
+                                },
+                                RuntimeOp::Start(id.to_owned()),
+                            ),
+                        );
                         track.probes = Default::default();
                         track.started = None;
                     }
@@ -193,20 +208,23 @@ impl AgentLoop {
                         else {
                             continue; // its secrets are there: the instance's spec was built
                         };
-                        self.queue.push_back((
-                            Action::EnsureRunning {
-                                spec: Box::new(init),
-                            },
-                            RuntimeOp::StartInit(id.to_owned(), step),
-                        ));
+                        self.work.push(
+                            id,
+                            (
+                                Action::EnsureRunning {
+                                    spec: Box::new(init),
+                                },
+                                RuntimeOp::StartInit(id.to_owned(), step),
+                            ),
+                        );
                     }
                     Some(InstanceState::Exited { code: 0 }) => {
                         track.init_done += 1;
                         track.started = None;
-                        self.queue.push_back(remove(&step_id));
+                        self.work.push(id, remove(&step_id));
                     }
                     Some(state) if state.has_ended() => {
-                        self.queue.push_back(remove(&step_id));
+                        self.work.push(id, remove(&step_id));
                         track.fail(now, format!("init step {step} ended: {state:?}"), &delays);
                         if track.attempts > spec.init[step].retry {
                             track.retry_at = Some(now.saturating_add(INIT_RETRY_PAUSE));
@@ -215,43 +233,47 @@ impl AgentLoop {
                     Some(_) => {
                         let step_started = *track.started.get_or_insert(now);
                         if now.saturating_sub(step_started) > spec.init[step].timeout {
-                            self.queue.push_back(stop(
-                                &step_id,
-                                Duration::ZERO,
-                                StopReason::InitTimeout,
-                            ));
+                            self.work
+                                .push(id, stop(&step_id, Duration::ZERO, StopReason::InitTimeout));
                             track.fail(now, format!("init step {step} timed out"), &delays);
                         }
                     }
                 }
                 continue;
             }
-            self.queue.push_back((
-                Action::EnsureRunning {
-                    spec: Box::new(instance),
-                },
-                RuntimeOp::Start(id.to_owned()),
-            ));
+            self.work.push(
+                id,
+                (
+                    Action::EnsureRunning {
+                        spec: Box::new(instance),
+                    },
+                    RuntimeOp::Start(id.to_owned()),
+                ),
+            );
         }
-        self.plan_orphans();
+        self.plan_orphans(observation);
         self.plan_probes();
     }
 
     /// Instances nobody placed here: stopped, then removed once ended; but only once the agent
     /// has listed the real placements (not just read its cache).
-    fn plan_orphans(&mut self) {
+    fn plan_orphans(&mut self, observation: Observing) {
         if !self.synced {
             return;
         }
         for (id, sample) in &self.observed {
-            if owner(id, &self.desired).is_some() {
+            if owner(id, &self.desired).is_some() || self.work.busy(id) {
+                continue;
+            }
+            if self.work.changed_since(id, observation) {
+                self.pass_wanted = true;
                 continue;
             }
             if sample.instance.state.has_ended() {
-                self.queue.push_back(remove(id));
+                self.work.push(id, remove(id));
             } else {
-                self.queue
-                    .push_back(stop(id, self.config.stop_grace, StopReason::Unplaced));
+                let grace = self.config.stop_grace;
+                self.work.push(id, stop(id, grace, StopReason::Unplaced));
             }
         }
     }
@@ -261,6 +283,9 @@ impl AgentLoop {
     fn plan_probes(&mut self) {
         let now = self.now;
         for (id, track) in &mut self.tracks {
+            if self.work.busy(id) {
+                continue;
+            }
             let Some(seen) = self
                 .observed
                 .get(id)
@@ -282,7 +307,7 @@ impl AgentLoop {
                 if !state.due(now) || (kind == ProbeKind::Startup && state.passing == Some(true)) {
                     continue;
                 }
-                self.queue.push_back(probe(seen, kind, state));
+                self.work.push(id, probe(seen, kind, state));
             }
             let dead = track
                 .probe(ProbeKind::Liveness)
@@ -291,8 +316,8 @@ impl AgentLoop {
                 // Reported unhealthy in the pass before: restart it now (the restart policy of
                 // the ended instance decides, as for a crash).
                 Some(at) if dead && now > at => {
-                    self.queue
-                        .push_back(stop(id, self.config.stop_grace, StopReason::Liveness));
+                    let grace = self.config.stop_grace;
+                    self.work.push(id, stop(id, grace, StopReason::Liveness));
                     track.probes = Default::default();
                     track.started = None;
                     track.condemned = None;

@@ -27,6 +27,15 @@ impl ProbeKind {
         ProbeKind::Readiness,
     ];
 
+    /// The probe of this kind that `spec` declares, if any.
+    pub fn of(self, spec: &ccattler_core::schema::ServiceSpec) -> Option<&Probe> {
+        match self {
+            ProbeKind::Startup => spec.startup.as_ref(),
+            ProbeKind::Liveness => spec.liveness.as_ref(),
+            ProbeKind::Readiness => spec.readiness.as_ref(),
+        }
+    }
+
     /// The kind's name as the trace and the logs show it.
     pub fn name(self) -> &'static str {
         match self {

@@ -131,15 +131,25 @@ impl AgentLoop {
             report.reason = track.and_then(|t| t.failure.clone().or_else(|| t.waiting.clone()));
         }
         if report.state == ObservedState::Running {
-            let probe = |kind| track.and_then(|t| t.probe(kind));
-            report.health = match probe(ProbeKind::Liveness).map(|p| p.passing) {
+            // A probe the spec declares counts from the moment the agent knows the instance
+            // runs; until then (a start whose answer is still on its way) it has not passed.
+            let probe = |kind| {
+                let tracked = track.and_then(|t| t.probe(kind)).map(|p| p.passing);
+                let declared = spec.is_some_and(|s| kind.of(s).is_some());
+                match tracked {
+                    Some(passing) => Some(passing),
+                    None if declared => Some(None),
+                    None => None,
+                }
+            };
+            report.health = match probe(ProbeKind::Liveness) {
                 Some(Some(false)) => Health::Unhealthy,
                 Some(Some(true)) | None => Health::Healthy,
                 Some(None) => Health::Unknown,
             };
-            let startup_ok = probe(ProbeKind::Startup).is_none_or(|p| p.passing == Some(true));
-            report.ready =
-                startup_ok && probe(ProbeKind::Readiness).is_none_or(|p| p.passing == Some(true));
+            let passed = |kind| probe(kind).is_none_or(|p| p == Some(true));
+            report.ready = passed(ProbeKind::Startup) && passed(ProbeKind::Readiness);
+            let probe = |kind| track.and_then(|t| t.probe(kind));
             if let Some(reason) = probe(ProbeKind::Readiness).and_then(|p| p.last_error.clone()) {
                 report.reason = Some(format!("readiness: {reason}"));
             }

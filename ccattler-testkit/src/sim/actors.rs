@@ -131,8 +131,12 @@ pub(crate) struct NodeActor {
     pub disk: Desired,
     /// Images whose network probes fail on this node (kept across a wipe).
     pub failing_images: Vec<String>,
-    /// How long an instance stays starting (an image pull, a slow boot).
+    /// How long a start takes (an image pull, a slow boot): every start's, and per image.
     pub start_delay: Duration,
+    pub slow_images: Vec<(String, Duration)>,
+    /// Starts in flight: the runtime shows the instance starting, and the agent gets the answer
+    /// when the start is over (`Event::Started`).
+    pub starting: std::collections::BTreeMap<String, agent::Outcome>,
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
@@ -148,6 +152,8 @@ impl NodeActor {
             disk: Desired::default(),
             failing_images: Vec::new(),
             start_delay: Duration::ZERO,
+            slow_images: Vec::new(),
+            starting: std::collections::BTreeMap::new(),
             incarnation: 0,
             watch_generation: 0,
             wake: None,
@@ -161,8 +167,19 @@ impl NodeActor {
         }
     }
 
-    /// Starts a new agent from what the disk holds.
+    /// How long starting `spec` takes on this node.
+    pub(crate) fn start_delay_of(&self, spec: &ccattler_core::InstanceSpec) -> Duration {
+        self.slow_images
+            .iter()
+            .filter(|(image, _)| *image == spec.image)
+            .map(|(_, delay)| *delay)
+            .fold(self.start_delay, Duration::max)
+    }
+
+    /// Starts a new agent from what the disk holds (the starts the old one had in flight are
+    /// over for it: their answers are lost with it).
     pub(crate) fn boot(&mut self, now: Duration) {
+        self.starting.clear();
         let mut machine = AgentLoop::new(self.config.clone(), self.disk.clone());
         machine.tick(now);
         self.machine = Some(machine);
@@ -345,7 +362,7 @@ impl World {
                     n.watch_generation += 1;
                 }
                 AgentAction::RuntimeFailed { .. } => {}
-                action if action.lane() == Lane::Store => {
+                action if matches!(action.lane(), Lane::Store | Lane::Lease) => {
                     self.send(actor, Request::Agent(action));
                 }
                 AgentAction::EnsureStopped { id, grace, reason } => {
@@ -360,12 +377,7 @@ impl World {
                 }
                 AgentAction::EnsureRunning { spec } => {
                     let here = n.name.clone();
-                    if !n.start_delay.is_zero() {
-                        n.runtime.faults().slow_start(spec.id.clone());
-                        let at = now + n.start_delay;
-                        let id = spec.id.clone();
-                        self.agenda.push(at, Event::Started { node: actor, id });
-                    }
+                    let delay = n.start_delay_of(&spec);
                     let elsewhere = self.actors.iter().find_map(|other| match other {
                         Actor::Node(o) if o.name != here && o.machine.is_some() => o
                             .runtime
@@ -379,7 +391,11 @@ impl World {
                             format!("{} starts on {here} while it runs on {other}", spec.id);
                         self.violate((Invariant::RunsOnce, detail));
                     }
-                    self.run_on_node(actor, AgentAction::EnsureRunning { spec });
+                    if delay.is_zero() {
+                        self.run_on_node(actor, AgentAction::EnsureRunning { spec });
+                    } else {
+                        self.start_slowly(actor, spec, delay);
+                    }
                 }
                 action => self.run_on_node(actor, action),
             }
@@ -397,6 +413,52 @@ impl World {
         let incarnation = n.incarnation;
         let delay = COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
         if let Some(outcome) = outcome {
+            self.answer(actor, incarnation, delay, Input::Agent(outcome));
+        }
+    }
+
+    /// A start that takes `delay`: the runtime shows the instance starting at once, and the
+    /// agent hears the start's answer only when it is over.
+    fn start_slowly(
+        &mut self,
+        actor: usize,
+        spec: Box<ccattler_core::InstanceSpec>,
+        delay: Duration,
+    ) {
+        let Actor::Node(n) = &mut self.actors[actor] else {
+            return;
+        };
+        n.runtime.faults().slow_start(spec.id.clone());
+        let id = spec.id.clone();
+        let outcome =
+            agent::perform::runtime_action(&n.runtime, AgentAction::EnsureRunning { spec })
+                .now_or_never()
+                .flatten();
+        if let Some(outcome) = outcome {
+            n.starting.insert(id.clone(), outcome);
+        }
+        let incarnation = n.incarnation;
+        self.agenda.push(
+            self.now + delay,
+            Event::Started {
+                node: actor,
+                incarnation,
+                id,
+            },
+        );
+    }
+
+    /// A slow start is over: the instance runs (or exits), and its agent hears of it.
+    pub(crate) fn started(&mut self, actor: usize, incarnation: u64, id: &str) {
+        let Actor::Node(n) = &mut self.actors[actor] else {
+            return;
+        };
+        n.runtime.faults().release(id);
+        if n.incarnation != incarnation {
+            return;
+        }
+        if let Some(outcome) = n.starting.remove(id) {
+            let delay = COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
             self.answer(actor, incarnation, delay, Input::Agent(outcome));
         }
     }

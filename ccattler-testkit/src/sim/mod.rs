@@ -127,6 +127,7 @@ pub struct SimulationBuilder {
     failing_images: Vec<String>,
     outages: Vec<(Duration, Duration)>,
     start_delay: Duration,
+    slow_images: Vec<(String, Duration)>,
     replicas: usize,
     fenced: bool,
     seed: u64,
@@ -196,9 +197,17 @@ impl SimulationBuilder {
     }
 
     /// Makes every start take `delay` on every node: the instance stays starting that long (an
-    /// image pull, a slow boot). Default: none, an instance runs at once.
+    /// image pull, a slow boot), and the agent's start of it is in flight all that time.
+    /// Default: none, an instance runs at once.
     pub fn start_delay(mut self, delay: Duration) -> Self {
         self.start_delay = delay;
+        self
+    }
+
+    /// Makes every start of instances of `image` take `delay`, on every node (a large image to
+    /// pull), as [`start_delay`](Self::start_delay) does for all.
+    pub fn slow_image(mut self, image: impl Into<String>, delay: Duration) -> Self {
+        self.slow_images.push((image.into(), delay));
         self
     }
 

@@ -51,6 +51,7 @@ impl Simulation {
             failing_images: Vec::new(),
             outages: Vec::new(),
             start_delay: Duration::ZERO,
+            slow_images: Vec::new(),
             replicas: 1,
             fenced: true,
             seed: 0,
@@ -131,6 +132,7 @@ impl Simulation {
             let mut actor = NodeActor::new(config);
             actor.failing_images = builder.failing_images.clone();
             actor.start_delay = builder.start_delay;
+            actor.slow_images = builder.slow_images.clone();
             actor.apply_failing_images();
             let index = world.add_node(actor);
             let at = boot.unwrap_or_else(|| Duration::from_millis(rng.random_range(0..2_000)));

@@ -84,8 +84,13 @@ pub(crate) enum Event {
     NodeReturns { node: usize, wipe: bool },
     /// A node's runtime tells the truth again after a stale observation.
     FreshObservation(usize),
-    /// A slow start on a node is over: the instance runs (or exits).
-    Started { node: usize, id: String },
+    /// A slow start on a node is over: the instance runs (or exits), and the agent of that
+    /// incarnation hears of it.
+    Started {
+        node: usize,
+        incarnation: u64,
+        id: String,
+    },
 }
 
 /// A window during which a fault is in force.
@@ -250,10 +255,13 @@ impl World {
             Event::Boot(node) => self.boot(node),
             Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
             Event::FreshObservation(node) => self.fresh_observation(node),
-            Event::Started { node, id } => {
-                if let Actor::Node(n) = &self.actors[node] {
-                    n.runtime.faults().release(&id);
-                }
+            Event::Started {
+                node,
+                incarnation,
+                id,
+            } => {
+                self.started(node, incarnation, &id);
+                self.step_actor(node);
             }
         }
     }
