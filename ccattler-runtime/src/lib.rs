@@ -28,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+mod mounts;
 #[cfg(feature = "containerd")]
 pub mod containerd;
 pub mod process;

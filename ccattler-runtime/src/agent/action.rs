@@ -97,8 +97,8 @@ pub enum Action {
     /// Ask the runtime what runs, and the stats of what runs. Report with
     /// [`observed`](super::AgentLoop::observed).
     Observe,
-    /// Create the directories of `spec.mounts`, then make sure the instance runs. Report with
-    /// [`done`](super::AgentLoop::done).
+    /// Make sure the instance runs (a runtime on the host first makes the directories of its
+    /// mounts). Report with [`done`](super::AgentLoop::done).
     EnsureRunning {
         /// What to run.
         spec: Box<InstanceSpec>,

@@ -199,23 +199,14 @@ async fn register<S: FactStore>(
 }
 
 /// Performs a runtime action ([`Lane::Runtime`](super::Lane::Runtime)): observing includes the
-/// stats of what runs, a start first makes the directories its mounts need, and a probe is
+/// stats of what runs, and a probe is
 /// answered by the runtime ([`Runtime::network_probe`], a simulator) or checked for real
 /// ([`probe::check`]). Returns `None` for any other action.
 pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<Outcome> {
     Some(match action {
         Action::Observe => Outcome::Observed(observe(runtime).await),
         Action::EnsureRunning { spec } => {
-            let made = spec.mounts.iter().try_for_each(|mount| {
-                std::fs::create_dir_all(&mount.source).map_err(|err| RuntimeError::StartFailed {
-                    id: spec.id.clone(),
-                    reason: format!("volume directory {}: {err}", mount.source.display()),
-                })
-            });
-            let result = match made {
-                Ok(()) => runtime.ensure_running(&spec).await,
-                Err(err) => Err(err),
-            };
+            let result = runtime.ensure_running(&spec).await;
             Outcome::Done {
                 id: spec.id,
                 result,

@@ -320,7 +320,10 @@ impl Runtime for ContainerdRuntime {
     async fn ensure_running(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
         let lock = self.inner.lock_for(&spec.id);
         let _guard = lock.lock().await;
-        let result = self.inner.ensure_running(spec).await;
+        let result = match crate::mounts::prepare(spec) {
+            Ok(()) => self.inner.ensure_running(spec).await,
+            Err(err) => Err(err),
+        };
         match &result {
             Ok(()) => {
                 self.inner.clear_failure(&spec.id);

@@ -140,6 +140,7 @@ fn spec_port(spec: &InstanceSpec, old: Option<u16>) -> Result<Option<u16>, Runti
 
 impl Runtime for ProcessRuntime {
     async fn ensure_running(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
+        crate::mounts::prepare(spec)?;
         self.start(spec)
     }
 
