@@ -28,8 +28,8 @@
 #![deny(missing_docs)]
 
 pub mod agent;
-mod mounts;
 #[cfg(feature = "containerd")]
 pub mod containerd;
+mod mounts;
 pub mod process;
 pub mod simulator;

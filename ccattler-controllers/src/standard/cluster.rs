@@ -116,10 +116,17 @@ impl Instance {
     /// Whether it is gone for good: unplaced, or reported ended by its node's agent. An ended
     /// report counts even when stale: this decides only when to forget an instance asked to
     /// stop, and an agent never starts an instance asked to stop.
+    ///
+    /// A stateful identity (an instance with an ordinal) is gone only once its agent reported
+    /// it ended *after seeing the stop* ([`InstanceObservation::stop_asked`]): an ended report
+    /// from before may be followed by the agent restarting it under its restart policy, and the
+    /// same identity must never run on two nodes. So a stateful instance asked to stop on a
+    /// node that does not come back keeps its identity until it does.
     pub fn is_gone(&self) -> bool {
+        let identity = self.desired.ordinal.is_some();
         match (&self.node, &self.observed) {
             (None, _) => true,
-            (Some(_), Some(o)) => !o.state.is_active(),
+            (Some(_), Some(o)) => !o.state.is_active() && (o.stop_asked || !identity),
             (Some(_), None) => false,
         }
     }
@@ -178,7 +185,8 @@ pub struct Cluster {
     pub moves: OrdMap<String, RebalanceMove>,
     /// Keys whose value did not decode.
     pub invalid: OrdSet<Key>,
-    desired: OrdMap<String, (DesiredInstance, Key, Revision)>,
+    /// Desired records by id, with their key, mod revision and create revision.
+    desired: OrdMap<String, (DesiredInstance, Key, Revision, Revision)>,
     /// Observations by (node, id), with their mod revision.
     observations: OrdMap<(String, String), (InstanceObservation, Revision)>,
     by_node: OrdMap<String, OrdSet<String>>,
@@ -335,12 +343,13 @@ impl Cluster {
                 self.refresh(id);
             }
         } else if let RecordKey::Instance(id) = record {
-            let old_service = self.desired.get(id).map(|(d, _, _)| d.service.clone());
+            let old_service = self.desired.get(id).map(|(d, ..)| d.service.clone());
             match self.decode::<DesiredInstance>(key, fact) {
                 Some(d) => {
                     let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+                    let created = fact.map(|f| f.create_revision).unwrap_or_default();
                     self.desired
-                        .insert(id.to_owned(), (d, key.clone(), revision))
+                        .insert(id.to_owned(), (d, key.clone(), revision, created))
                 }
                 None => self.desired.remove(id),
             };
@@ -348,7 +357,7 @@ impl Cluster {
                 unindex(&mut self.by_service, &service, id);
                 self.touched.insert(service);
             }
-            if let Some((d, _, _)) = self.desired.get(id) {
+            if let Some((d, ..)) = self.desired.get(id) {
                 let service = d.service.clone();
                 index(&mut self.by_service, &service, id);
             }
@@ -412,12 +421,12 @@ impl Cluster {
 
     /// Recomputes the joined [`Instance`] and the reservation of `id`.
     fn refresh(&mut self, id: &str) {
-        if let Some((d, _, _)) = self.desired.get(id) {
+        if let Some((d, ..)) = self.desired.get(id) {
             self.touched.insert(d.service.clone());
         }
         let placed = self.placements.get(id).map(|(node, _, _)| node.clone());
         let reservation = match (&placed, self.desired.get(id)) {
-            (Some(node), Some((d, _, _))) => {
+            (Some(node), Some((d, ..))) => {
                 let resources = self
                     .services
                     .get(&d.service)
@@ -434,7 +443,7 @@ impl Cluster {
             _ => None,
         };
         self.reserve(id, reservation);
-        let Some((desired, key, revision)) = self.desired.get(id).cloned() else {
+        let Some((desired, key, revision, created)) = self.desired.get(id).cloned() else {
             self.instances.remove(id);
             self.unplaced.remove(id);
             if placed.is_some() {
@@ -450,9 +459,12 @@ impl Cluster {
         } else {
             self.unplaced.remove(id);
         }
+        // A report older than the record belongs to an earlier instance of the same id (a
+        // stateful identity deleted and created again): it says nothing of this one.
         let observed = placed.as_ref().and_then(|node| {
             self.observations
                 .get(&(node.clone(), id.to_owned()))
+                .filter(|(_, written)| *written >= created)
                 .map(|(o, _)| o.clone())
         });
         let (node_alive, fresh) = placed

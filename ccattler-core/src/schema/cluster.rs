@@ -200,6 +200,11 @@ pub struct InstanceObservation {
     /// and says nothing about what runs there now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<i64>,
+    /// Whether the placement the agent holds asks the instance to stop: a report with this set
+    /// and an ended state says the agent saw the stop and nothing of the instance runs on its
+    /// node (for a stateful identity, only then may the same identity start elsewhere).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stop_asked: bool,
 }
 
 /// `endpoint/service/{svc}`: where the service's ready instances serve.

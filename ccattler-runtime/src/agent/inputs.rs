@@ -48,6 +48,7 @@ impl AgentLoop {
         };
         self.failures = 0;
         self.synced = true;
+        self.work.forget_all_waiting();
         self.desired.placements = listing
             .placements
             .facts
@@ -99,6 +100,9 @@ impl AgentLoop {
                 let Ok(assignment) = schema::decode::<Assignment>(&event.fact) else {
                     return; // not an assignment: the scheduler's to fix, nothing to run
                 };
+                // What was queued for it was decided on the placement before: the next pass
+                // decides again (an action in flight finishes).
+                self.work.forget_waiting(&assignment.instance);
                 self.want(&assignment);
                 self.desired
                     .placements
@@ -109,6 +113,7 @@ impl AgentLoop {
                     RecordKey::parse(&event.fact.key)
                     && node == self.config.node
                 {
+                    self.work.forget_waiting(instance);
                     self.desired.placements.remove(instance);
                 }
             }

@@ -89,6 +89,7 @@ impl AgentLoop {
             restarts: seen.map_or(0, |o| o.restarts),
             address: seen.and_then(|o| o.address.clone()),
             lease: Some(lease.0),
+            stop_asked: assignment.state == DesiredState::Stopped,
             ..InstanceObservation::default()
         };
         match seen.map(|o| &o.state) {

@@ -74,6 +74,17 @@ impl Work {
             .push_back(Job { action, op });
     }
 
+    /// Drops what `lane` has queued (not what is in flight): it was decided on a placement that
+    /// changed since.
+    pub(super) fn forget_waiting(&mut self, lane: &str) {
+        self.waiting.remove(lane);
+    }
+
+    /// Drops everything queued (the placements were listed anew).
+    pub(super) fn forget_all_waiting(&mut self) {
+        self.waiting.clear();
+    }
+
     /// Whether `lane` has an action queued or in flight.
     pub(super) fn busy(&self, lane: &str) -> bool {
         self.running.contains_key(lane) || self.waiting.contains_key(lane)

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, ScheduleInput};
-use ccattler_controllers::standard::{Cluster, Instance, IntentResolver};
+use ccattler_controllers::standard::{Cluster, Instance, IntentResolver, Standing};
 use ccattler_core::schema::{
     self, DesiredState, Endpoints, InstanceObservation, NodeStatus, RecordKey, ScaleIntent,
-    ServiceStatus,
+    ServiceSpec, ServiceStatus,
 };
 use ccattler_core::{
     EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
@@ -112,12 +112,17 @@ impl Snapshot {
     }
 
     /// Whether every desired service is fully converged: exactly its count of current-version
-    /// instances, all running and ready on live nodes, none stopping; status desired = present =
-    /// running = ready; endpoints list each that serves at an address; no placement left over;
-    /// nothing is left of deleted services; and the spread is the one a clean start would
-    /// choose: the pure scheduler, asked to rebalance every service, suggests no move (no
-    /// alive node holds two instances of a service more than another eligible node with room
-    /// for one). [`gaps`](Self::gaps) says what is missing.
+    /// instances, all running and ready on live nodes, none stopping (an instance that ended
+    /// and that its restart policy leaves ended, under `never` or a clean exit under
+    /// `on_failure`, counts as converged: present, neither running nor ready); status desired =
+    /// present, running = ready = present minus those; endpoints list each that serves at an
+    /// address; no placement left over; nothing is left of deleted services; and the spread is
+    /// the one a clean start would choose: the pure scheduler, asked to rebalance every
+    /// service, suggests no move (no alive node holds two instances of a service more than
+    /// another eligible node with room for one). Stateful services and those with `max_extra
+    /// 0` are exempt from the spread: the instance controller never moves their instances (an
+    /// identity; no room for a replacement before the stop). [`gaps`](Self::gaps) says what
+    /// is missing.
     pub fn is_converged(&self) -> bool {
         self.gaps().is_empty()
     }
@@ -142,6 +147,11 @@ impl Snapshot {
             }
             let n = effective.instances;
             let instances: Vec<&Instance> = cluster.instances_of(name).collect();
+            // Ended, and left ended by its restart policy (`never`, or a clean exit under
+            // `on_failure`): as converged as the user asked it to be.
+            let finished =
+                |i: &Instance| i.node_alive && i.standing(spec.restart) == Standing::Finished;
+            let mut ended = 0;
             for i in &instances {
                 let why = if i.desired.state != DesiredState::Running {
                     "is stopping"
@@ -151,6 +161,9 @@ impl Snapshot {
                     "is not placed"
                 } else if !i.node_alive {
                     "is on a dead node"
+                } else if finished(i) {
+                    ended += 1;
+                    continue;
                 } else if !i.is_ready() {
                     "is not running and ready"
                 } else {
@@ -167,17 +180,17 @@ impl Snapshot {
             let status = ServiceStatus {
                 desired: n,
                 present: n,
-                running: n,
-                ready: n,
+                running: n - ended,
+                ready: n - ended,
                 deleting: false,
             };
             if self.status(name).as_ref() != Some(&status) {
                 gaps.push(format!("{name}: status {:?}", self.status(name)));
             }
-            // Every instance that serves at an address (one that exposes a port).
+            // Every ready instance that serves at an address (one that exposes a port).
             let serving = instances
                 .iter()
-                .filter(|i| i.report().is_some_and(|o| o.address.is_some()))
+                .filter(|i| i.is_ready() && i.report().is_some_and(|o| o.address.is_some()))
                 .count();
             let listed = self.endpoints(name).map(|e| e.addresses.len());
             if listed != Some(serving) {
@@ -222,6 +235,10 @@ impl Snapshot {
             .iter()
             .map(|(name, status)| Node::from_status(status, cluster.alive.contains(name)))
             .collect();
+        // The services the instance controller rebalances: a stateful one's instances are
+        // identities, never moved; one with `max_extra 0` has no room to start a replacement
+        // before stopping the old instance. Their spread is the one they were placed with.
+        let moved = |spec: &ServiceSpec| !spec.stateful && spec.update.max_extra > 0;
         let existing: Vec<Existing<'_>> = cluster
             .instances
             .values()
@@ -245,6 +262,7 @@ impl Snapshot {
         });
         plan.rebalance
             .iter()
+            .filter(|m| cluster.services.get(m.service).is_some_and(moved))
             .map(|m| {
                 format!(
                     "{}: the spread is not a clean start's: {} would move from {} to {}",

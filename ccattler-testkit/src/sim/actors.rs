@@ -140,6 +140,9 @@ pub(crate) struct NodeActor {
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
+    /// The newest store revision of its placements the agent has heard of (listed, or
+    /// delivered by its watch): what it can know of the control plane's wishes.
+    pub heard: ccattler_core::Revision,
 }
 
 impl NodeActor {
@@ -157,6 +160,7 @@ impl NodeActor {
             incarnation: 0,
             watch_generation: 0,
             wake: None,
+            heard: ccattler_core::Revision::ZERO,
         }
     }
 
@@ -367,7 +371,8 @@ impl World {
                 }
                 AgentAction::EnsureStopped { id, grace, reason } => {
                     if matches!(reason, StopReason::Asked | StopReason::Unplaced)
-                        && let Err(detail) = check::stop_is_asked(&self.store, &n.name, &id)
+                        && let Err(detail) =
+                            check::stop_is_asked(&self.store, &n.name, &id, n.heard)
                     {
                         let broken = (Invariant::NoStopForOutage, detail);
                         self.violate(broken);
@@ -475,6 +480,9 @@ impl World {
                 c.machine.fences_checked(result)
             }
             (Actor::Node(n), Input::Agent(outcome)) => {
+                if let agent::Outcome::Listed(Ok(listing)) = &outcome {
+                    n.heard = n.heard.max(listing.placements.revision);
+                }
                 if let Some(machine) = n.machine.as_mut() {
                     outcome.feed(machine);
                 }
@@ -517,7 +525,10 @@ impl World {
             Actor::Node(n) => {
                 if let Some(machine) = n.machine.as_mut() {
                     match item {
-                        Ok(event) => machine.event(event),
+                        Ok(event) => {
+                            n.heard = n.heard.max(event.revision());
+                            machine.event(event)
+                        }
                         Err(err) => machine.watch_failed(err),
                     }
                 }

@@ -1,19 +1,49 @@
 //! [`Chaos`]: many seeds of one simulation, spread over threads, summed up.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::faults::FaultKind;
 use super::{Report, SimulationBuilder};
+use crate::workload::Workload;
 
 /// Runs one simulation per seed and sums the runs up. Every seed runs once: a failing seed is
 /// reported, never retried.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Chaos {
-    builder: SimulationBuilder,
+    source: Source,
     seeds: Vec<u64>,
     threads: usize,
+}
+
+/// Where each seed's simulation comes from.
+#[derive(Clone)]
+enum Source {
+    /// One builder, its seed replaced.
+    Fixed(SimulationBuilder),
+    /// The workload drawn from the seed ([`Workload::generate`] over `window`), its builder
+    /// then set up by `configure` (faults, timing).
+    Generated {
+        window: Duration,
+        configure: Configure,
+    },
+}
+
+type Configure = Arc<dyn Fn(SimulationBuilder) -> SimulationBuilder + Send + Sync>;
+
+impl std::fmt::Debug for Chaos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match &self.source {
+            Source::Fixed(builder) => format!("{builder:?}"),
+            Source::Generated { window, .. } => format!("generated workloads over {window:?}"),
+        };
+        f.debug_struct("Chaos")
+            .field("source", &source)
+            .field("seeds", &self.seeds.len())
+            .field("threads", &self.threads)
+            .finish()
+    }
 }
 
 /// What one seed did, kept small so that thousands fit.
@@ -28,7 +58,7 @@ pub struct Run {
     pub time_to_converge: Option<Duration>,
     /// How often each fault kind fired.
     pub fired: Vec<(FaultKind, u64)>,
-    /// For a failed run: [`Report::explain`].
+    /// For a failed run: [`Report::explain`] (and, for a generated workload, what it was).
     pub explanation: Option<String>,
 }
 
@@ -41,6 +71,17 @@ impl Run {
             time_to_converge: report.time_to_converge(),
             fired: report.fired.clone(),
             explanation: (!passed).then(|| report.explain()),
+        }
+    }
+
+    /// A seed whose simulation could not even be built: failed, with why.
+    fn refused(seed: u64, why: String) -> Self {
+        Run {
+            seed,
+            passed: false,
+            time_to_converge: None,
+            fired: Vec::new(),
+            explanation: Some(why),
         }
     }
 }
@@ -106,9 +147,54 @@ impl Chaos {
     /// threads.
     pub fn new(builder: SimulationBuilder, seeds: impl IntoIterator<Item = u64>) -> Self {
         Chaos {
-            builder,
+            source: Source::Fixed(builder),
             seeds: seeds.into_iter().collect(),
             threads: 2,
+        }
+    }
+
+    /// Runs, for each seed in `seeds`, the workload drawn from it
+    /// ([`Workload::generate`], its changes within `window`), on a builder `configure` sets up
+    /// (faults, timing, replicas). A seed whose documents the language refuses fails with the
+    /// document and the diagnostics; a failing seed's explanation begins with its workload.
+    pub fn generated<F>(
+        window: Duration,
+        configure: F,
+        seeds: impl IntoIterator<Item = u64>,
+    ) -> Self
+    where
+        F: Fn(SimulationBuilder) -> SimulationBuilder + Send + Sync + 'static,
+    {
+        Chaos {
+            source: Source::Generated {
+                window,
+                configure: Arc::new(configure),
+            },
+            seeds: seeds.into_iter().collect(),
+            threads: 2,
+        }
+    }
+
+    /// The run of one seed.
+    fn run_seed(&self, seed: u64) -> Run {
+        match &self.source {
+            Source::Fixed(builder) => Run::of(&builder.clone().seed(seed).run()),
+            Source::Generated { window, configure } => {
+                let workload = Workload::generate(seed, *window);
+                let builder = match workload.builder() {
+                    Ok(builder) => builder,
+                    Err(refused) => return Run::refused(seed, refused.to_string()),
+                };
+                let mut run = Run::of(&configure(builder).seed(seed).run());
+                if let Some(explanation) = &mut run.explanation {
+                    *explanation = format!(
+                        "{}
+{explanation}",
+                        workload.summary()
+                    );
+                }
+                run
+            }
         }
     }
 
@@ -133,8 +219,7 @@ impl Chaos {
                         let Some(&seed) = self.seeds.get(index) else {
                             return;
                         };
-                        let report = self.builder.clone().seed(seed).run();
-                        let run = Run::of(&report);
+                        let run = self.run_seed(seed);
                         let finished = done.fetch_add(1, Ordering::SeqCst) as usize + 1;
                         progress(&run, finished);
                         if let Ok(mut runs) = runs.lock() {

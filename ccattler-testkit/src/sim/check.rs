@@ -381,13 +381,22 @@ pub(crate) fn report_writes(node: &str, keys: &[&Key]) -> Option<(Invariant, Str
         })
 }
 
-/// Whether the control plane wants instance `id` stopped on `node` (or no longer placed there).
-pub(crate) fn stop_is_asked(store: &MemoryStore, node: &str, id: &str) -> Result<(), String> {
+/// Whether the control plane asked for instance `id` to stop on `node` (or no longer placed it
+/// there), as far as its agent can know: the store says so now, or says otherwise only since a
+/// revision newer than `heard`, the newest of the node's placements its agent has heard of (a
+/// stop asked, then the same id placed there again before the agent heard of it).
+pub(crate) fn stop_is_asked(
+    store: &MemoryStore,
+    node: &str,
+    id: &str,
+    heard: Revision,
+) -> Result<(), String> {
     let Ok(key) = schema::keys::placement(node, id) else {
         return Ok(());
     };
     match ready(store.get(&key)) {
         Ok(None) | Err(_) => Ok(()),
+        Ok(Some(fact)) if fact.mod_revision > heard => Ok(()),
         Ok(Some(fact)) => match schema::decode::<Assignment>(&fact) {
             Ok(a) if a.state == DesiredState::Running => Err(format!(
                 "the agent of {node} stopped {id}, which its placement (revision {}) still wants running",

@@ -124,6 +124,7 @@ pub(crate) type MakeController = Arc<dyn Fn() -> Arc<dyn Controller> + Send + Sy
 pub struct SimulationBuilder {
     desired: DesiredFacts,
     later: Vec<(Duration, DesiredFacts)>,
+    facts: Vec<(Duration, ccattler_core::Key, ccattler_core::Value)>,
     failing_images: Vec<String>,
     outages: Vec<(Duration, Duration)>,
     start_delay: Duration,
@@ -186,6 +187,18 @@ impl SimulationBuilder {
     /// Applies another document at `at` (a new version, a scale change).
     pub fn then_apply(mut self, at: Duration, desired: DesiredFacts) -> Self {
         self.later.push((at, desired));
+        self
+    }
+
+    /// Writes `value` at `key` at `at`, as a user would (a secret, `secret/NAME`, set or
+    /// changed): at time zero, before the first apply; later, while the cluster runs.
+    pub fn fact(
+        mut self,
+        at: Duration,
+        key: ccattler_core::Key,
+        value: impl Into<ccattler_core::Value>,
+    ) -> Self {
+        self.facts.push((at, key, value.into()));
         self
     }
 

@@ -48,6 +48,7 @@ impl Simulation {
         SimulationBuilder {
             desired,
             later: Vec::new(),
+            facts: Vec::new(),
             failing_images: Vec::new(),
             outages: Vec::new(),
             start_delay: Duration::ZERO,
@@ -145,6 +146,15 @@ impl Simulation {
         for (index, (at, _)) in builder.later.iter().enumerate() {
             world.agenda.push(*at, Event::Apply(index + 1));
         }
+        for (at, key, value) in &builder.facts {
+            if at.is_zero() {
+                world.put(key, value.clone());
+            } else {
+                world
+                    .agenda
+                    .push(*at, Event::Put(key.clone(), value.clone()));
+            }
+        }
         for (at, length) in &builder.outages {
             world.agenda.push(*at, Event::Outage(*at + *length));
         }
@@ -154,6 +164,7 @@ impl Simulation {
             .iter()
             .map(|(at, _)| *at)
             .chain(builder.outages.iter().map(|(at, length)| *at + *length))
+            .chain(builder.facts.iter().map(|(at, _, _)| *at))
             .chain(builder.nodes.iter().filter_map(|(_, boot)| *boot))
             .max()
             .unwrap_or_default();

@@ -71,6 +71,8 @@ pub(crate) enum Event {
     },
     /// The user applies a document (an index into the world's documents).
     Apply(usize),
+    /// The user writes a fact (a secret).
+    Put(ccattler_core::Key, ccattler_core::Value),
     /// The control plane cannot be reached until the given time.
     Outage(Duration),
     /// The control plane is back after an outage: its controllers start over (a restarted
@@ -249,6 +251,7 @@ impl World {
                 }
             }
             Event::Apply(index) => self.apply(index),
+            Event::Put(key, value) => self.put(&key, value),
             Event::Outage(until) => self.outage(until),
             Event::ControlPlaneBack => self.control_plane_back(),
             Event::Fault(fault) => self.inject(fault),
@@ -266,6 +269,17 @@ impl World {
         }
     }
 
+    /// The user writes `value` at `key`.
+    pub(crate) fn put(&mut self, key: &ccattler_core::Key, value: ccattler_core::Value) {
+        let line = match ready(self.store.put(key, value)) {
+            Ok(revision) => format!("put {key} at {revision}"),
+            Err(err) => format!("put {key} failed: {err}"),
+        };
+        self.trace.line(self.now, "user", line);
+    }
+
+    /// The user applies a whole document: what it declares is desired, what it no longer
+    /// declares is deleted (`apply` with prune).
     fn apply(&mut self, index: usize) {
         let Some(desired) = self.documents.get(index) else {
             return;
@@ -273,7 +287,7 @@ impl World {
         let result = ccattler_controllers::apply::apply(
             &self.store,
             desired,
-            ccattler_controllers::apply::ApplyOptions::default(),
+            ccattler_controllers::apply::ApplyOptions::default().prune(true),
         )
         .now_or_never();
         let line = match result {

@@ -14,8 +14,13 @@
 //!    the time to converge after the faults stopped (p50, p99, max), and each failing seed with
 //!    what failed and the one-line command that replays it.
 //! 4. The exit code is 0 only if every seed converged; 1 otherwise. A file that cannot converge
-//!    (a requirement no node meets) fails every seed: it is never reported as a pass. A seed
-//!    that fails is never retried.
+//!    on the nodes (a requirement no node meets, more than they hold) is named as such before
+//!    any seed runs, with each service and the scheduler's reason, and exits 1: it is never
+//!    reported as a pass. A seed that fails is never retried.
+//! 5. `--generate` draws the workload from each seed instead of a file: a cluster of 2 to 7
+//!    nodes and services using every feature of the language, with changes while it runs
+//!    (`ccattler_testkit::workload`). With `--seed N`, `--print-workload` prints the seed's
+//!    cluster and documents.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 use ccattler_core::schema::format_duration;
 use ccattler_testkit::cluster::NodeSpec;
 use ccattler_testkit::sim::{Chaos, FaultRates, Keep, Simulation, SimulationBuilder, Summary};
+use ccattler_testkit::workload::{Workload, feasibility};
 
 use super::check::compile_or_report;
 use super::flags::parse_time;
@@ -32,7 +38,7 @@ use super::shape::ShapeArgs;
 use super::{CliError, EXIT_FAILURE, read_source};
 
 /// Arguments of `cca chaos`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(
     long_about = "Simulate a whole cluster running FILE under random faults, seed after seed, \
     on virtual time: the real controller loops and one real agent loop per node, in memory. \
@@ -41,8 +47,16 @@ use super::{CliError, EXIT_FAILURE, read_source};
 )]
 pub struct ChaosArgs {
     /// The .cca file to apply.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "generate")]
+    pub file: Option<PathBuf>,
+    /// Draw each seed's workload (its cluster, services and the changes made while it runs)
+    /// from the seed instead of applying a file.
+    #[arg(long, conflicts_with_all = ["file", "nodes", "node_cpu", "node_memory", "zones", "labels"])]
+    pub generate: bool,
+    /// With --generate and --seed: print the seed's workload (its nodes, steps and every
+    /// document) before running it.
+    #[arg(long, requires_all = ["generate", "seed"])]
+    pub print_workload: bool,
     /// Run this one seed only (and print the end of its trace if it fails).
     #[arg(long, value_name = "N", conflicts_with = "seeds")]
     pub seed: Option<u64>,
@@ -98,9 +112,9 @@ impl ChaosArgs {
         self.faults.clone().unwrap_or_default()
     }
 
-    /// The simulation these arguments describe, for `desired`.
-    fn builder(&self, desired: ccattler_controllers::apply::DesiredFacts) -> SimulationBuilder {
-        let mut builder = Simulation::builder(desired)
+    /// `builder` with these arguments' faults and timing.
+    fn configure(&self, builder: SimulationBuilder) -> SimulationBuilder {
+        builder
             .faults(self.rates())
             .duration(self.duration)
             .settle(self.settle)
@@ -110,7 +124,12 @@ impl ChaosArgs {
                 (Some(_), _) => Keep::All,
                 (None, Some(_)) => Keep::Last(400),
                 (None, None) => Keep::Last(60),
-            });
+            })
+    }
+
+    /// The nodes the shape flags describe.
+    fn nodes(&self) -> Vec<NodeSpec> {
+        let mut nodes = Vec::new();
         for index in 0..self.shape.nodes as usize {
             let mut node = NodeSpec::new(
                 format!("n{}", index + 1),
@@ -123,9 +142,9 @@ impl ChaosArgs {
             for (key, value) in &self.shape.labels {
                 node = node.label(key, value);
             }
-            builder = builder.node(node);
+            nodes.push(node);
         }
-        builder
+        nodes
     }
 
     /// The command line that replays `seed` with the same settings.
@@ -140,14 +159,21 @@ impl ChaosArgs {
         } else {
             faults.join(",")
         };
+        let what = match &self.file {
+            Some(file) if !self.generate => file.display().to_string(),
+            _ => "--generate".to_owned(),
+        };
+        let shape = if self.generate {
+            String::new()
+        } else {
+            format!(" {}", self.shape.to_flags().join(" "))
+        };
         format!(
-            "cca chaos {} --seed {seed} --duration {} --settle {} --lease-ttl {} --replicas {} --faults {faults} {}",
-            self.file.display(),
+            "cca chaos {what} --seed {seed} --duration {} --settle {} --lease-ttl {} --replicas {} --faults {faults}{shape}",
             format_duration(self.duration),
             format_duration(self.settle),
             format_duration(self.lease_ttl),
             self.replicas,
-            self.shape.to_flags().join(" "),
         )
     }
 }
@@ -158,40 +184,67 @@ impl ChaosArgs {
 ///
 /// [`CliError::Read`] when the file cannot be read.
 pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
-    let file = read_source(&args.file)?;
-    let Some(compiled) = compile_or_report(&file, "simulated") else {
-        return Ok(ExitCode::from(EXIT_FAILURE));
+    let chaos = match (&args.file, args.generate) {
+        (Some(path), false) => {
+            let file = read_source(path)?;
+            let Some(compiled) = compile_or_report(&file, "simulated") else {
+                return Ok(ExitCode::from(EXIT_FAILURE));
+            };
+            let desired = compiled.to_facts();
+            let nodes = args.nodes();
+            let unsatisfiable = feasibility(&desired, &nodes);
+            if !unsatisfiable.is_empty() {
+                println!(
+                    "{} cannot converge on {} nodes of {} cpu and {} memory; nothing simulated:",
+                    path.display(),
+                    nodes.len(),
+                    args.shape.node_cpu,
+                    args.shape.node_memory
+                );
+                for problem in unsatisfiable {
+                    println!("  {problem}");
+                }
+                return Ok(ExitCode::from(EXIT_FAILURE));
+            }
+            let mut builder = Simulation::builder(desired);
+            for node in nodes {
+                builder = builder.node(node);
+            }
+            let builder = args.configure(builder);
+            if let (Some(trace), Some(seed)) = (&args.trace, args.seed) {
+                write_trace(trace, builder.clone().seed(seed).run())?;
+            }
+            Chaos::new(builder, seeds(args))
+        }
+        _ => {
+            if let Some(seed) = args.seed {
+                let workload = Workload::generate(seed, args.duration);
+                if args.print_workload {
+                    println!("{workload}");
+                }
+                if let (Some(trace), Ok(builder)) = (&args.trace, workload.builder()) {
+                    write_trace(trace, args.configure(builder).seed(seed).run())?;
+                }
+            }
+            let configured = args.clone();
+            Chaos::generated(
+                args.duration,
+                move |builder| configured.configure(builder),
+                seeds(args),
+            )
+        }
     };
-    let builder = args.builder(compiled.to_facts());
-    if let (Some(path), Some(seed)) = (&args.trace, args.seed) {
-        let report = builder.clone().seed(seed).run();
-        std::fs::write(path, report.trace.to_string()).map_err(|source| CliError::Write {
-            path: path.clone(),
-            source,
-        })?;
-        eprintln!(
-            "{} lines of trace written to {}",
-            report.trace.len(),
-            path.display()
-        );
-    }
-    let seeds: Vec<u64> = match args.seed {
-        Some(seed) => vec![seed],
-        None => (args.first_seed..args.first_seed.saturating_add(args.seeds)).collect(),
-    };
-    let total = seeds.len();
+    let total = seeds(args).len();
     let started = Instant::now();
     let terminal = std::io::stderr().is_terminal();
-    let summary = Chaos::new(builder, seeds)
-        .threads(args.threads as usize)
-        .run(|run, done| {
-            let verdict = if run.passed { "ok" } else { "FAILED" };
-            if terminal {
-                eprint!("\r{done}/{total} seeds (seed {} {verdict})   ", run.seed);
-            } else if !run.passed || done % 10 == 0 || done == total {
-                eprintln!("{done}/{total} seeds (seed {} {verdict})", run.seed);
-            }
-        });
+    let summary = chaos.threads(args.threads as usize).run(|run, done| {
+        let verdict = if run.passed { "ok" } else { "FAILED" };
+        if terminal {
+            eprint!("\r{done}/{total} seeds (seed {} {verdict})   ", run.seed);
+        } else if !run.passed || done % 10 == 0 || done == total {
+            eprintln!("{done}/{total} seeds (seed {} {verdict})", run.seed);
+        }
+    });
     if terminal {
         eprintln!();
     }
@@ -203,15 +256,44 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
     })
 }
 
+/// The seeds the arguments name: `--seed N`, or `--seeds` of them from `--first-seed`.
+fn seeds(args: &ChaosArgs) -> Vec<u64> {
+    match args.seed {
+        Some(seed) => vec![seed],
+        None => (args.first_seed..args.first_seed.saturating_add(args.seeds)).collect(),
+    }
+}
+
+/// Writes one seed's whole trace to `path`.
+fn write_trace(
+    path: &std::path::Path,
+    report: ccattler_testkit::sim::Report,
+) -> Result<(), CliError> {
+    std::fs::write(path, report.trace.to_string()).map_err(|source| CliError::Write {
+        path: path.to_owned(),
+        source,
+    })?;
+    eprintln!(
+        "{} lines of trace written to {}",
+        report.trace.len(),
+        path.display()
+    );
+    Ok(())
+}
+
 /// The report: faults fired, convergence percentiles, failing seeds with their replay command.
 fn render(args: &ChaosArgs, summary: &Summary, took: Duration) -> String {
     let mut out = String::new();
     let runs = summary.runs.len();
     let failed: Vec<_> = summary.failed().collect();
+    let nodes = if args.generate {
+        "generated workloads and clusters".to_owned()
+    } else {
+        format!("{} nodes", args.shape.nodes)
+    };
     out.push_str(&format!(
-        "{runs} seeds x {} of virtual time, {} nodes, in {:.1}s: {} passed, {} failed\n",
+        "{runs} seeds x {} of virtual time, {nodes}, in {:.1}s: {} passed, {} failed\n",
         format_duration(args.duration),
-        args.shape.nodes,
         took.as_secs_f64(),
         runs - failed.len(),
         failed.len()

@@ -1,0 +1,140 @@
+//! [`feasibility`]: which services a cluster cannot run, and why, judged by the pure scheduler.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ccattler_controllers::apply::DesiredFacts;
+use ccattler_controllers::lang::{self, SourceFile};
+use ccattler_controllers::scheduler::{self, Node, Rebalance, Request, ScheduleInput};
+use ccattler_controllers::standard::IntentResolver;
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, RecordKey, ServiceSpec};
+
+use super::{Workload, render};
+use crate::cluster::NodeSpec;
+
+/// A service the cluster cannot run in full.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsatisfiable {
+    /// The service.
+    pub service: String,
+    /// How many of its instances find no node.
+    pub unplaced: usize,
+    /// Of how many.
+    pub of: usize,
+    /// The scheduler's reason for the first of them.
+    pub reason: String,
+}
+
+impl fmt::Display for Unsatisfiable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "service {}: {} of its {} instances cannot be placed: {}",
+            self.service, self.unplaced, self.of, self.reason
+        )
+    }
+}
+
+/// The services of `desired` that `nodes` cannot run in full, even on a clean start with every
+/// node alive: the pure scheduler places every instance of every service (its count as the
+/// intent resolver gives it) on the nodes, and names the service and its reason for each
+/// instance left over. Empty when the document can converge on that cluster.
+///
+/// A document this finds anything in can never converge there; one it finds nothing in may
+/// still fail to under faults (a node down leaves less room): that is the simulation's to say.
+pub fn feasibility(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfiable> {
+    let services: Vec<ServiceSpec> = desired
+        .iter()
+        .filter(|(key, _)| matches!(RecordKey::parse(key), Some(RecordKey::Service(_))))
+        .filter_map(|(_, value)| serde_json::from_slice(value).ok())
+        .collect();
+    unplaced(&services, nodes, 1, false)
+}
+
+/// What a workload's documents leave unplaced on its nodes at `1 / divisor` of their capacity,
+/// each service counted with its rollout's extra instances (`max_extra` above its count).
+/// Documents the language refuses are not judged here (building the simulation reports them).
+pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiable> {
+    let mut found = Vec::new();
+    for (_, services) in workload.states() {
+        let text = render::document(&services, &workload.allow);
+        let Ok(compiled) = lang::check(&SourceFile::new("workload.cca", text)) else {
+            continue;
+        };
+        for problem in unplaced(&compiled.services, &workload.nodes, divisor, true) {
+            if found
+                .iter()
+                .all(|f: &Unsatisfiable| f.service != problem.service)
+            {
+                found.push(problem);
+            }
+        }
+    }
+    found
+}
+
+fn unplaced(
+    services: &[ServiceSpec],
+    nodes: &[NodeSpec],
+    divisor: u64,
+    with_extra: bool,
+) -> Vec<Unsatisfiable> {
+    let divisor = divisor.max(1);
+    let statuses: Vec<NodeStatus> = nodes
+        .iter()
+        .map(|node| {
+            let mut status = node.status.clone();
+            status.cpu = Cpu::from_millis(status.cpu.millis() / divisor);
+            status.memory = Memory::from_bytes(status.memory.bytes() / divisor);
+            status
+        })
+        .collect();
+    let nodes: Vec<Node<'_>> = statuses
+        .iter()
+        .map(|status| Node::from_status(status, true))
+        .collect();
+    let mut ids = Vec::new();
+    for spec in services {
+        let count = IntentResolver::resolve(spec, None).instances;
+        let extra = if with_extra { spec.update.max_extra } else { 0 };
+        for i in 0..count + extra {
+            ids.push((spec, format!("{}#{i}", spec.name)));
+        }
+    }
+    let requests: Vec<Request<'_>> = ids
+        .iter()
+        .map(|(spec, id)| Request {
+            instance: id,
+            service: &spec.name,
+            resources: spec.resources,
+            placement: &spec.placement,
+        })
+        .collect();
+    let plan = scheduler::schedule(&ScheduleInput {
+        nodes: &nodes,
+        requests: &requests,
+        rebalance: Rebalance::Off,
+        ..ScheduleInput::default()
+    });
+    let service_of: BTreeMap<&str, &str> = ids
+        .iter()
+        .map(|(spec, id)| (id.as_str(), spec.name.as_str()))
+        .collect();
+    let mut by_service: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    for (id, why) in &plan.unsatisfied {
+        let service = service_of.get(id).copied().unwrap_or("?");
+        let entry = by_service
+            .entry(service)
+            .or_insert_with(|| (0, why.to_string()));
+        entry.0 += 1;
+    }
+    by_service
+        .into_iter()
+        .map(|(service, (unplaced, reason))| Unsatisfiable {
+            service: service.to_owned(),
+            unplaced,
+            of: ids.iter().filter(|(spec, _)| spec.name == service).count(),
+            reason,
+        })
+        .collect()
+}
