@@ -73,7 +73,7 @@ service team/web {
         accept dedicated
     }
     update {
-        max_unavailable 0
+        max_unavailable 1
         max_extra 2
     }
     scale {
@@ -165,7 +165,7 @@ fn every_construct_lands_in_its_record() {
     assert_eq!(web.placement.require["disk"], "ssd");
     assert_eq!(web.placement.prefer["tier"], "gold");
     assert_eq!(web.placement.accept, ["dedicated"]);
-    assert_eq!((web.update.max_unavailable, web.update.max_extra), (0, 2));
+    assert_eq!((web.update.max_unavailable, web.update.max_extra), (1, 2));
     let scale = web.scale.as_ref().expect("scale");
     assert_eq!((scale.min, scale.max, scale.targets.len()), (2, 10, 2));
     assert!(scale.targets[0].percent && scale.targets[0].value == 60);
@@ -236,6 +236,21 @@ snapshot_error!(
     duplicate_service,
     ["cca::duplicate-service"],
     "service web {\n    image a\n}\n\nservice web {\n    image b\n}\n"
+);
+snapshot_error!(
+    same_instance_ids,
+    ["cca::same-instance-ids"],
+    "service team/web {\n    image a\n}\n\nservice team.web {\n    image b\n}\n"
+);
+snapshot_error!(
+    an_update_that_can_never_move,
+    ["cca::stuck-update"],
+    "service web {\n    image a\n    update {\n        max_unavailable 0\n        max_extra 0\n    }\n}\n"
+);
+snapshot_error!(
+    a_stateful_update_without_an_unavailable_slot,
+    ["cca::stuck-update"],
+    "service db {\n    image postgres:16\n    update {\n        max_unavailable 0\n    }\n    stateful\n}\n"
 );
 snapshot_error!(
     duplicate_volume,

@@ -153,6 +153,25 @@ impl Compiler<'_> {
             self.diagnostics.push(diagnostic);
             return;
         }
+        // Instance ids are the name with `/` turned into `.`: `team/web` and `team.web` would
+        // give their instances the same ids (`team.web-0` of two stateful services).
+        let ids = name.replace('/', ".");
+        let same_ids = self
+            .service_spans
+            .iter()
+            .find(|(other, _)| other.replace('/', ".") == ids)
+            .map(|(other, span)| (other.clone(), *span));
+        if let Some((other, first)) = same_ids {
+            let diagnostic = Diagnostic::error(
+                "cca::same-instance-ids",
+                name_span,
+                format!("services `{other}` and `{name}` would give their instances the same ids"),
+            )
+            .with_secondary(first, "declared here")
+            .with_help("instance ids are the service name with `/` as `.`: rename one of them");
+            self.diagnostics.push(diagnostic);
+            return;
+        }
         self.service_spans.insert(name.clone(), name_span);
         let mut spec = ServiceSpec {
             name,
@@ -176,6 +195,31 @@ impl Compiler<'_> {
             .with_secondary(liveness, "liveness declared here")
             .with_help("keep one: `health` is shorthand for `liveness`");
             self.diagnostics.push(diagnostic);
+        }
+        let update = spec.update;
+        if update.max_unavailable == 0 && update.max_extra == 0 {
+            self.error(
+                "cca::stuck-update",
+                name_span,
+                format!(
+                    "service `{}` could never be updated: `max_unavailable 0` stops no old \
+                     instance and `max_extra 0` starts no new one beside them",
+                    spec.name
+                ),
+                "allow one of them, such as `max_extra 1` (the defaults are 1 and 1)",
+            );
+        } else if spec.stateful && update.max_unavailable == 0 {
+            self.error(
+                "cca::stuck-update",
+                name_span,
+                format!(
+                    "stateful service `{}` could never be updated with `max_unavailable 0`: each \
+                     identity is stopped before it starts again in the new version, so one at a \
+                     time is unavailable",
+                    spec.name
+                ),
+                "set `max_unavailable 1` (the default) or more",
+            );
         }
         if !has_image {
             self.error(

@@ -79,6 +79,10 @@ use super::events::instance_events;
 /// - an old ready instance is stopped only while the ready instances, current and old together,
 ///   stay above `count - max_unavailable`, so that stopping it leaves at least that many ready.
 ///
+/// Instances of the new version that ended for good (restart `never`, or a clean exit under
+/// `on_failure`) will never be ready: the floor is `count - max_unavailable` less those, so a
+/// rollout does not wait forever for them.
+///
 /// So a new version that runs but never becomes ready stops no more than `max_unavailable`
 /// ready old instances: with `max_unavailable 0` every old ready instance keeps running, and the
 /// rollout waits (at most `max_extra` new instances exist) until new instances become ready.
@@ -297,8 +301,16 @@ impl ServicePlan<'_> {
             stop(instance, changes);
         }
 
-        // Stop old instances: those not ready freely, ready ones while enough stay ready.
-        let min_available = target.saturating_sub(self.update.max_unavailable as usize);
+        // Stop old instances: those not ready freely, ready ones while enough stay ready. An
+        // instance that ended for good (its restart policy leaves it ended) will never be
+        // ready again: the floor counts only what can be, or the rollout would wait forever.
+        let finished = present
+            .iter()
+            .filter(|i| standing(i) == Standing::Finished)
+            .count();
+        let min_available = target
+            .saturating_sub(finished)
+            .saturating_sub(self.update.max_unavailable as usize);
         let mut available = ready(&present) + ready(&old_active);
         for instance in self.stop_order(&old_active) {
             if instance.is_ready() {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, ScheduleInput};
+use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, Request, ScheduleInput};
 use ccattler_controllers::standard::{Cluster, Instance, IntentResolver, Standing};
 use ccattler_core::schema::{
     self, DesiredState, Endpoints, InstanceObservation, NodeStatus, RecordKey, ScaleIntent,
@@ -117,11 +117,12 @@ impl Snapshot {
     /// `on_failure`, counts as converged: present, neither running nor ready); status desired =
     /// present, running = ready = present minus those; endpoints list each that serves at an
     /// address; no placement left over; nothing is left of deleted services; and the spread is
-    /// the one a clean start would choose: the pure scheduler, asked to rebalance every
-    /// service, suggests no move (no alive node holds two instances of a service more than
-    /// another eligible node with room for one). Stateful services and those with `max_extra
-    /// 0` are exempt from the spread: the instance controller never moves their instances (an
-    /// identity; no room for a replacement before the stop). [`gaps`](Self::gaps) says what
+    /// the one a clean start would choose: no alive node holds two instances of a service more
+    /// than the node one more instance would be placed on (asked of the pure scheduler, the
+    /// rule the scheduler controller's rebalancing follows). Stateful services, those with
+    /// `max_extra 0` and those with an instance that ended for good are exempt from the spread:
+    /// the instance controller never moves them (an identity; no room for a replacement before
+    /// the stop; a move waits for every instance to be ready). [`gaps`](Self::gaps) says what
     /// is missing.
     pub fn is_converged(&self) -> bool {
         self.gaps().is_empty()
@@ -224,10 +225,13 @@ impl Snapshot {
         gaps
     }
 
-    /// The moves the pure scheduler ([`scheduler::schedule`], every service rebalanced) would
-    /// still make on this store: a service whose spread is not what a clean start chooses.
-    /// Judged only once everything else is converged, and independently of the scheduler
-    /// controller's own reading.
+    /// The services whose spread is not the one a clean start chooses, by the rule the
+    /// scheduler controller documents (`standard/spread.rs`): the alive node holding the most
+    /// instances of the service holds at most one more than the node one more instance would
+    /// go to. "Where one more would go" is asked of the pure scheduler
+    /// ([`scheduler::schedule`], every alive instance of every service reserving its node),
+    /// independently of the controller's own reading. Judged only once everything else is
+    /// converged.
     fn spread_gaps(&self) -> Vec<String> {
         let cluster = self.cluster();
         let nodes: Vec<Node<'_>> = cluster
@@ -237,8 +241,23 @@ impl Snapshot {
             .collect();
         // The services the instance controller rebalances: a stateful one's instances are
         // identities, never moved; one with `max_extra 0` has no room to start a replacement
-        // before stopping the old instance. Their spread is the one they were placed with.
-        let moved = |spec: &ServiceSpec| !spec.stateful && spec.update.max_extra > 0;
+        // before stopping the old instance; and a move starts only when every instance of the
+        // service is ready, so one that ended for good (restart `never`) holds its service
+        // where it is. Their spread is the one they were placed with.
+        let ended: std::collections::BTreeSet<&str> = cluster
+            .instances
+            .values()
+            .filter(|i| {
+                cluster
+                    .services
+                    .get(&i.desired.service)
+                    .is_some_and(|spec| i.standing(spec.restart) == Standing::Finished)
+            })
+            .map(|i| i.desired.service.as_str())
+            .collect();
+        let moved = |spec: &ServiceSpec| {
+            !spec.stateful && spec.update.max_extra > 0 && !ended.contains(spec.name.as_str())
+        };
         let existing: Vec<Existing<'_>> = cluster
             .instances
             .values()
@@ -254,22 +273,43 @@ impl Snapshot {
                 })
             })
             .collect();
-        let plan = scheduler::schedule(&ScheduleInput {
-            nodes: &nodes,
-            existing: &existing,
-            rebalance: Rebalance::All,
-            ..ScheduleInput::default()
-        });
-        plan.rebalance
-            .iter()
-            .filter(|m| cluster.services.get(m.service).is_some_and(moved))
-            .map(|m| {
-                format!(
-                    "{}: the spread is not a clean start's: {} would move from {} to {}",
-                    m.service, m.instance, m.from, m.to
-                )
-            })
-            .collect()
+        let mut gaps = Vec::new();
+        for (name, spec) in &cluster.services {
+            if !moved(spec) {
+                continue;
+            }
+            let spread = self.spread(name);
+            let Some((from, most)) = spread
+                .iter()
+                .max_by_key(|(node, n)| (**n, std::cmp::Reverse(*node)))
+            else {
+                continue;
+            };
+            let probe = [Request {
+                instance: "\0next",
+                service: name,
+                resources: spec.resources,
+                placement: &spec.placement,
+            }];
+            let plan = scheduler::schedule(&ScheduleInput {
+                nodes: &nodes,
+                existing: &existing,
+                requests: &probe,
+                rebalance: Rebalance::Off,
+                ..ScheduleInput::default()
+            });
+            let Some(to) = plan.placements.get("\0next") else {
+                continue; // no room for one more anywhere: nothing to move to
+            };
+            let there = spread.get(*to).copied().unwrap_or(0);
+            if *most >= there + 2 {
+                gaps.push(format!(
+                    "{name}: the spread is not a clean start's: {from} holds {most} instances, \
+                     {to}, where one more would go, holds {there}"
+                ));
+            }
+        }
+        gaps
     }
 
     /// One line per service: its status, and the placement counts per node, for messages.

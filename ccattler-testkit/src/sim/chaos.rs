@@ -157,6 +157,8 @@ impl Chaos {
     /// ([`Workload::generate`], its changes within `window`), on a builder `configure` sets up
     /// (faults, timing, replicas). A seed whose documents the language refuses fails with the
     /// document and the diagnostics; a failing seed's explanation begins with its workload.
+    /// Each run's convergence bound is at least what its workload's pace needs
+    /// ([`Workload::settle`]).
     pub fn generated<F>(
         window: Duration,
         configure: F,
@@ -185,7 +187,9 @@ impl Chaos {
                     Ok(builder) => builder,
                     Err(refused) => return Run::refused(seed, refused.to_string()),
                 };
-                let mut run = Run::of(&configure(builder).seed(seed).run());
+                let settle = workload.settle();
+                let builder = configure(builder).settle_at_least(settle);
+                let mut run = Run::of(&builder.seed(seed).run());
                 if let Some(explanation) = &mut run.explanation {
                     *explanation = format!(
                         "{}

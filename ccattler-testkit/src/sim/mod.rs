@@ -266,6 +266,12 @@ impl SimulationBuilder {
         self
     }
 
+    /// Raises the convergence bound to `settle` if it is lower.
+    pub fn settle_at_least(mut self, settle: Duration) -> Self {
+        self.settle = self.settle.max(settle);
+        self
+    }
+
     /// Sets the nodes' lease TTL.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;

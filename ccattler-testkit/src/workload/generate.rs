@@ -228,8 +228,10 @@ impl Draw<'_> {
         } else {
             Vec::new()
         };
+        // Never a rollout that cannot move (both 0), nor a stateful one without an unavailable
+        // slot: the language refuses both.
         let update = self.rng.random_bool(0.4).then(|| {
-            let unavailable = self.rng.random_range(0..=2);
+            let unavailable = self.rng.random_range(u32::from(stateful)..=2);
             let extra = self.rng.random_range(u32::from(unavailable == 0)..=2);
             (unavailable, extra)
         });

@@ -384,6 +384,40 @@ impl Workload {
         )
     }
 
+    /// How long the cluster may take to converge after the last fault, derived from the work
+    /// the workload asks for: the simulation's base bound (120 s: four resyncs, twelve lease
+    /// TTLs), or longer when a service's own pace asks for it. An instance's round (placed,
+    /// its init steps run one per agent pass of 1 s, started, found ready by its readiness
+    /// probe) takes `steps + 2` s plus the probe's period; a rolling update replaces
+    /// `max_unavailable + max_extra` instances per round, and rebalancing after a node came
+    /// back moves one per round, up to half the service. The bound covers the slower of the
+    /// two for the slowest service, twice over (faults, conflicts, a controller restarting).
+    pub fn settle(&self) -> Duration {
+        let base = Duration::from_secs(120);
+        let slowest = self
+            .states()
+            .iter()
+            .flat_map(|(_, services)| services.iter())
+            .map(|s| {
+                let ready = s
+                    .probes
+                    .iter()
+                    .map(|p| u64::from(p.every_secs))
+                    .max()
+                    .unwrap_or(0);
+                let round = s.init.len() as u64 + 2 + ready;
+                let (unavailable, extra) = s.update.unwrap_or((1, 1));
+                let per_round = u64::from((unavailable + extra).max(1));
+                let count = u64::from(s.instances);
+                let rollout = count.div_ceil(per_round);
+                let rebalance = count / 2;
+                2 * round * rollout.max(rebalance)
+            })
+            .max()
+            .unwrap_or(0);
+        base.max(Duration::from_secs(slowest))
+    }
+
     /// When the last step happens (zero without steps).
     pub fn last_step(&self) -> Duration {
         self.steps.last().map_or(Duration::ZERO, |s| s.at)

@@ -223,7 +223,13 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
                     println!("{workload}");
                 }
                 if let (Some(trace), Ok(builder)) = (&args.trace, workload.builder()) {
-                    write_trace(trace, args.configure(builder).seed(seed).run())?;
+                    write_trace(
+                        trace,
+                        args.configure(builder)
+                            .settle_at_least(workload.settle())
+                            .seed(seed)
+                            .run(),
+                    )?;
                 }
             }
             let configured = args.clone();
