@@ -217,6 +217,15 @@ impl Cluster {
             .filter_map(|id| self.instances.get(id))
     }
 
+    /// The instances placed on `node`, in id order (kept as an index: no scan).
+    pub fn instances_on<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a Instance> + 'a {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(|id| self.instances.get(id))
+    }
+
     /// Every service that has an effective record or instances, sorted.
     pub fn service_names(&self) -> std::collections::BTreeSet<&str> {
         self.effective

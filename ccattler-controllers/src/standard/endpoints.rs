@@ -10,9 +10,9 @@ use super::cache::PlanCache;
 /// An instance serves when it should run, its node is alive, its agent reports it running with
 /// an address in a fresh report (one written during the node's current registration, see
 /// [`Instance::fresh`](super::Instance::fresh): what a crashed node reported before it came back
-/// does not count), and: when the service has a readiness probe, the probe passes
-/// (readiness-gated); otherwise, its health is not unhealthy. A deleted service loses its
-/// endpoints at once.
+/// does not count), ready (its startup probe passed and its readiness probe passes, for the
+/// probes it has; an instance without probes is ready while it runs), and not unhealthy (its
+/// liveness probe does not fail). A deleted service loses its endpoints at once.
 #[derive(Debug, Default)]
 pub struct EndpointController {
     cache: PlanCache,
@@ -52,19 +52,15 @@ impl Controller for EndpointController {
         self.cache
             .sync_per_service(facts, schema::keys::endpoints, |cluster, name| {
                 // A deleted service loses its endpoints.
-                let spec = cluster.services.get(name)?;
-                let gated = spec.readiness.is_some();
+                cluster.services.get(name)?;
                 let mut addresses: Vec<String> = cluster
                     .instances_of(name)
                     .filter(|i| i.desired.state == DesiredState::Running && i.node_alive)
                     .filter_map(|i| {
                         let observed = i.report()?;
-                        let serves = i.is_running()
-                            && if gated {
-                                observed.ready
-                            } else {
-                                observed.health != Health::Unhealthy
-                            };
+                        // Ready: running, past its startup probe and passing its readiness
+                        // probe (when it has them); and not failing its liveness probe.
+                        let serves = i.is_ready() && observed.health != Health::Unhealthy;
                         serves.then(|| observed.address.clone()).flatten()
                     })
                     .collect();

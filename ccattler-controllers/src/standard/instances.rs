@@ -99,9 +99,11 @@ use super::events::instance_events;
 /// 1. one new instance is created that [`replaces`](DesiredInstance::replaces) the suggested one;
 ///    the scheduler places it like any new instance, hence on the target or a node as good;
 /// 2. while it is not ready it is not surplus: nothing is stopped, and ready stays at the count;
-/// 3. once it is ready, the instance it replaces is stopped (never before). Should the new one
-///    fail or end first, it is an ordinary instance again: the surplus stop removes it, and the
-///    scheduler may suggest the move again.
+/// 3. once it is ready, the instance it replaces is stopped (never before), if that leaves at
+///    least the count ready. If a fault took an instance meanwhile, it does not: the new one
+///    stands in for the lost one and the old one stays, both ordinary instances (the scheduler
+///    may suggest the move again). Should the new one fail or end first, it is an ordinary
+///    instance again: the surplus stop removes it, and the scheduler may suggest the move again.
 ///
 /// So a move never lowers the ready instances below the count and runs at most one above it.
 /// A late node thus fills up one instance at a time (5 instances on two nodes: 4/1 becomes 3/2),
@@ -257,7 +259,7 @@ impl ServicePlan<'_> {
 
         // Rebalancing moves in progress: a new instance not ready yet is not surplus; once it
         // is, the instance it replaces is stopped.
-        let moving = self.moves_in_progress(&present, changes);
+        let moving = self.moves_in_progress(&present, target, changes);
         let counted: Vec<&Instance> = present
             .iter()
             .copied()
@@ -345,13 +347,17 @@ impl ServicePlan<'_> {
     }
 
     /// The instances of moves in progress, which the surplus stop must leave alone: each new
-    /// instance not ready yet, and each old one whose replacement is ready (stopped here).
-    /// A new instance that ended, or whose old one is gone, is an ordinary instance.
+    /// instance not ready yet, and each old one whose replacement is ready (stopped here, but
+    /// only while at least `target` others stay ready: if a fault took an instance meanwhile,
+    /// the move's new instance stands in for it and the old one stays, an ordinary instance
+    /// again). A new instance that ended, or whose old one is gone, is an ordinary instance.
     fn moves_in_progress<'a>(
         &self,
         present: &[&'a Instance],
+        target: usize,
         changes: &mut Vec<Change>,
     ) -> BTreeSet<&'a str> {
+        let mut ready_left = present.iter().filter(|i| i.is_ready()).count();
         let mut moving = BTreeSet::new();
         for new in present {
             let Some(old_id) = new.desired.replaces.as_deref() else {
@@ -366,7 +372,9 @@ impl ServicePlan<'_> {
             // Several new instances may name one old one (a move started twice across a
             // restart): it is stopped once, and one that is itself moving is left alone.
             if new.is_ready() {
-                if moving.insert(old.id.as_str()) {
+                let leaves = ready_left - usize::from(old.is_ready());
+                if leaves >= target && moving.insert(old.id.as_str()) {
+                    ready_left = leaves;
                     stop(old, changes);
                 }
             } else {

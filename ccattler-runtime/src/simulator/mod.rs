@@ -106,6 +106,11 @@ impl SimulatorRuntime {
             .collect()
     }
 
+    /// The ids of every instance the simulator knows of, in id order.
+    pub fn ids(&self) -> Vec<String> {
+        self.table.lock().instances.keys().cloned().collect()
+    }
+
     /// The spec instance `id` was last started with, if the simulator knows it.
     pub fn spec(&self, id: &str) -> Option<InstanceSpec> {
         self.table.lock().instances.get(id).map(|i| i.spec.clone())

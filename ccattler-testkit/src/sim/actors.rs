@@ -47,6 +47,8 @@ pub(crate) struct ControllerActor {
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
+    /// The revision of the view its last reconcile read (its commit was planned on it).
+    pub read: ccattler_core::Revision,
 }
 
 impl ControllerActor {
@@ -74,6 +76,7 @@ impl ControllerActor {
             incarnation: 0,
             watch_generation: 0,
             wake: None,
+            read: ccattler_core::Revision::ZERO,
         }
     }
 
@@ -143,6 +146,8 @@ pub(crate) struct NodeActor {
     /// The newest store revision of its placements the agent has heard of (listed, or
     /// delivered by its watch): what it can know of the control plane's wishes.
     pub heard: ccattler_core::Revision,
+    /// Instances its agent heard it must stop (placement stopped or gone), since when.
+    pub told_to_stop: std::collections::BTreeMap<String, Duration>,
 }
 
 impl NodeActor {
@@ -161,6 +166,7 @@ impl NodeActor {
             watch_generation: 0,
             wake: None,
             heard: ccattler_core::Revision::ZERO,
+            told_to_stop: std::collections::BTreeMap::new(),
         }
     }
 
@@ -184,6 +190,7 @@ impl NodeActor {
     /// over for it: their answers are lost with it).
     pub(crate) fn boot(&mut self, now: Duration) {
         self.starting.clear();
+        self.told_to_stop.clear();
         let mut machine = AgentLoop::new(self.config.clone(), self.disk.clone());
         machine.tick(now);
         self.machine = Some(machine);
@@ -299,6 +306,7 @@ impl World {
                     }
                 }
                 Action::Reconcile { view } => {
+                    c.read = view.revision();
                     let at = SystemTime::UNIX_EPOCH + EPOCH + now;
                     let controller = Arc::clone(&c.controller);
                     let mut ctx = ReconcileContext::new(at, &mut c.ids);
@@ -306,7 +314,10 @@ impl World {
                     let incarnation = c.incarnation;
                     self.answer(actor, incarnation, COMPUTE, Input::Reconciled(step));
                 }
-                Action::Commit { txn } => self.send(actor, Request::Commit(txn)),
+                Action::Commit { txn } => {
+                    let read = c.read;
+                    self.send(actor, Request::Commit { txn, read });
+                }
                 Action::CheckFences { txn } => self.send(actor, Request::CheckFences(txn)),
                 Action::Deposed => {
                     let name = c.name.clone();
@@ -480,8 +491,12 @@ impl World {
                 c.machine.fences_checked(result)
             }
             (Actor::Node(n), Input::Agent(outcome)) => {
-                if let agent::Outcome::Listed(Ok(listing)) = &outcome {
+                if let agent::Outcome::Listed(Ok(listing)) = &outcome
+                    && n.machine.is_some()
+                {
                     n.heard = n.heard.max(listing.placements.revision);
+                    let told = super::stops::heard_in_list(&n.runtime, listing);
+                    self.stops.told(actor, &mut n.told_to_stop, told, self.now);
                 }
                 if let Some(machine) = n.machine.as_mut() {
                     outcome.feed(machine);
@@ -527,6 +542,8 @@ impl World {
                     match item {
                         Ok(event) => {
                             n.heard = n.heard.max(event.revision());
+                            let told = super::stops::heard_in_event(&event);
+                            self.stops.told(actor, &mut n.told_to_stop, told, self.now);
                             machine.event(event)
                         }
                         Err(err) => machine.watch_failed(err),

@@ -1,32 +1,42 @@
-//! The invariants a simulation checks after every step, and the first one broken.
+//! The invariants a simulation checks after every step, each with its precise statement and
+//! the bound it allows, and the first one broken.
 //!
 //! Some are judged on the store as the checker follows it (a watch of every key), some on the
-//! simulators' ground truth when an agent acts, some on each commit as it lands. An invariant
-//! about a state the controllers correct as soon as they hear of it (too many instances running,
-//! an endpoint that lists an instance no longer ready) is broken only when the state lasts longer
-//! than its grace; the others are broken at once. While the control plane is unreachable (an
-//! outage the run scripts), nobody can correct the store, so the store is not judged, and
-//! grace periods start over when it is back.
+//! simulators' ground truth when an agent acts, some on each commit as it lands. A state the
+//! control plane corrects as soon as it hears of it (too many instances wanted, an endpoint that
+//! lists an instance no longer ready) breaks its invariant only when it lasts longer than its
+//! bound; each bound is derived below from the fault model ([`FaultKind`](super::FaultKind))
+//! and the timeouts. While the control plane is unreachable (an outage the run scripts),
+//! nobody can correct the store, so the store is not judged, and bounds start over when it is
+//! back.
 //!
-//! Judging a service costs O(its instances). A service of up to 256 instances is judged after
-//! every step that touched it; a larger one at most every 100 ms of virtual time, so that a run
-//! of 10,000 instances stays affordable (a breach shorter than that can go unseen there).
+//! Every service is judged after every step that touched it, however large: each counts
+//! incrementally ([`Tally`]), one instance at a time, so judging costs the same for ten
+//! instances as for ten thousand.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use ccattler_controllers::standard::Cluster;
-use ccattler_core::schema::{self, Assignment, DesiredState, Endpoints, RecordKey};
+use ccattler_core::schema::{
+    self, Assignment, DesiredInstance, DesiredState, Endpoints, RecordKey,
+};
 use ccattler_core::{EventKind, FactStore, Key, Op, Revision, Txn};
 use ccattler_store::{MemoryStore, MemoryWatch};
 use futures_util::{FutureExt, StreamExt};
 
+use super::tally::Tally;
 use super::world::ready;
 
-/// How long a service may run more instances than `desired + max_extra`: the time a returning
-/// node's surplus takes to be noticed and stopped, even through delayed messages and a slow
-/// store.
+/// How long a service may have more instances wanted running than `count + max_extra`.
+///
+/// Only a node that comes back does it: its instances were replaced while its lease was gone,
+/// and count again once it registers. The instance controller stops the surplus once the node
+/// has reported (one agent pass, 1 s, after registering); that report can be held back by a
+/// network delay on the agent (a window of up to 10 s, each message up to 3 s late), the
+/// controller's commit by one on the controller (3 s more), a slow store (0.5 s per message)
+/// and a conflict's retry. 15 s covers the worst of these together.
 pub const EXCESS_GRACE: Duration = Duration::from_secs(15);
 
 /// How long an endpoint may list an instance that stopped being ready, or whose node died. A
@@ -36,15 +46,34 @@ pub const EXCESS_GRACE: Duration = Duration::from_secs(15);
 /// transient errors). Seed 23 of the CI slice measured 10.1 s.
 pub const ENDPOINT_GRACE: Duration = Duration::from_secs(15);
 
+/// How long an instance may still run after its agent heard that it must stop (its placement
+/// says stop, or is gone, in an event its watch delivered or a list it read).
+///
+/// The agent decides at once (a pass follows every placement change; one observation in flight
+/// first, a few ms) and stops it on the instance's lane, behind at most the action in flight
+/// there (a probe, a few ms; a start in flight is waited for and not counted). A stale
+/// observation (the runtime answering with what it saw up to 5 s before) can hide the instance
+/// until the window ends and the next pass (1 s) sees it: 5 s + 1 s, and 1 s to spare.
+pub const STOP_BOUND: Duration = Duration::from_secs(7);
+
 /// One invariant of the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Invariant {
-    /// No service has more instances running (and reported so) on live nodes than its count
-    /// plus its update policy's `max_extra`, for longer than [`EXCESS_GRACE`].
+    /// The instances of a service the control plane wants running (desired running, placed on
+    /// a node that holds its lease, not ended) never exceed its count plus its update policy's
+    /// `max_extra` for longer than [`EXCESS_GRACE`].
     TooManyRunning,
-    /// During a rollout in a run without faults so far, the ready instances of a service never
-    /// drop below its count minus `max_unavailable` (once it had its count ready).
+    /// An instance its agent heard it must stop does not run [`STOP_BOUND`] later (the
+    /// simulators' truth), unless its start is still in flight.
+    StopsWhenAsked,
+    /// The instance controller never asks a ready instance to stop when that leaves its service
+    /// fewer than `count - max_unavailable` ready (counted as of the store it read): whatever
+    /// availability a service loses below that floor, faults took, never the controllers.
+    StopsWithinBudget,
+    /// In a run without any fault so far, during a rollout (once the service had its count
+    /// ready), the ready instances of a service never drop below its count minus
+    /// `max_unavailable`.
     RolloutAvailability,
     /// An endpoint lists only instances that are ready on live nodes (within
     /// [`ENDPOINT_GRACE`]).
@@ -58,8 +87,8 @@ pub enum Invariant {
     /// fence on every leader's commit makes a deposed leader's commits fail).
     DeposedWrite,
     /// No workload is stopped unless the control plane asked for it (its placement says stop,
-    /// or is gone), or its own liveness probe or init timeout did: never because the control
-    /// plane was unreachable.
+    /// or is gone, as far as its agent could have heard), or its own liveness probe or init
+    /// timeout did: never because the control plane was unreachable.
     NoStopForOutage,
 }
 
@@ -68,6 +97,8 @@ impl Invariant {
     pub fn name(self) -> &'static str {
         match self {
             Invariant::TooManyRunning => "too-many-running",
+            Invariant::StopsWhenAsked => "stops-when-asked",
+            Invariant::StopsWithinBudget => "stops-within-budget",
             Invariant::RolloutAvailability => "rollout-availability",
             Invariant::EndpointsReady => "endpoints-ready",
             Invariant::RunsOnce => "runs-once",
@@ -107,47 +138,37 @@ impl fmt::Display for Violation {
     }
 }
 
-/// A rollout being watched: its version and the floor of ready instances.
-#[derive(Debug)]
-struct Rollout {
-    version: String,
-    floor: usize,
-}
-
 /// Follows the store and judges the store-side invariants.
 pub(crate) struct Checker {
     watch: Option<MemoryWatch>,
     cluster: Cluster,
+    tally: Tally,
     /// `endpoint/service/{svc}` by service (the cluster does not read them).
     endpoints: BTreeMap<String, Vec<String>>,
+    /// The revision each service's effective record was last written at.
+    effective_at: BTreeMap<String, Revision>,
     excess_since: BTreeMap<String, Duration>,
     endpoint_since: BTreeMap<String, Duration>,
     /// Per service: the version in force, and whether all its instances were ready in it.
     versions: BTreeMap<String, (String, bool)>,
-    rollouts: BTreeMap<String, Rollout>,
-    /// When each large service was last judged.
-    judged: BTreeMap<String, Duration>,
-    /// Large services touched since they were last judged.
+    /// Services in a rollout being watched (calm runs), by the version rolled out.
+    rollouts: BTreeMap<String, String>,
+    /// Services touched while the control plane was unreachable: judged once it is back.
     deferred: std::collections::BTreeSet<String>,
 }
-
-/// A service with more instances than this is large: see [`LARGE_EVERY`].
-const LARGE_SERVICE: usize = 256;
-
-/// How often a large service is judged at most.
-const LARGE_EVERY: Duration = Duration::from_millis(100);
 
 impl Checker {
     pub(crate) fn new(store: &MemoryStore) -> Self {
         Checker {
             watch: ready(store.watch("", Revision::ZERO.next())).ok(),
             cluster: Cluster::default(),
+            tally: Tally::default(),
             endpoints: BTreeMap::new(),
+            effective_at: BTreeMap::new(),
             excess_since: BTreeMap::new(),
             endpoint_since: BTreeMap::new(),
             versions: BTreeMap::new(),
             rollouts: BTreeMap::new(),
-            judged: BTreeMap::new(),
             deferred: std::collections::BTreeSet::new(),
         }
     }
@@ -175,17 +196,26 @@ impl Checker {
                 }
             };
             let fact = (event.kind == EventKind::Put).then_some(&event.fact);
-            if let Some(RecordKey::Endpoints(service)) = RecordKey::parse(&event.fact.key) {
-                let addresses = fact
-                    .and_then(|f| schema::decode::<Endpoints>(f).ok())
-                    .map(|e| e.addresses);
-                match addresses {
-                    Some(addresses) => self.endpoints.insert(service.to_owned(), addresses),
-                    None => self.endpoints.remove(service),
-                };
-                services.insert(service.to_owned());
+            match RecordKey::parse(&event.fact.key) {
+                Some(RecordKey::Endpoints(service)) => {
+                    let addresses = fact
+                        .and_then(|f| schema::decode::<Endpoints>(f).ok())
+                        .map(|e| e.addresses);
+                    match addresses {
+                        Some(addresses) => self.endpoints.insert(service.to_owned(), addresses),
+                        None => self.endpoints.remove(service),
+                    };
+                    services.insert(service.to_owned());
+                }
+                Some(RecordKey::Effective(service)) => {
+                    self.effective_at
+                        .insert(service.to_owned(), event.revision());
+                }
+                _ => {}
             }
             self.cluster.apply(&event.fact.key, fact);
+            self.tally
+                .changed(&self.cluster, &event.fact.key, event.revision());
         }
         services.extend(self.cluster.take_touched());
         if !reachable {
@@ -197,21 +227,6 @@ impl Checker {
         services.extend(self.excess_since.keys().cloned());
         services.extend(self.endpoint_since.keys().cloned());
         for service in services {
-            // Judging costs O(instances of the service): a large one is judged at most every
-            // LARGE_EVERY of virtual time, and what touched it meanwhile waits for then.
-            let large = self
-                .cluster
-                .instances_of(&service)
-                .nth(LARGE_SERVICE)
-                .is_some();
-            if large {
-                let last = self.judged.get(&service).copied().unwrap_or_default();
-                if now < last + LARGE_EVERY && !last.is_zero() {
-                    self.deferred.insert(service);
-                    continue;
-                }
-                self.judged.insert(service.clone(), now);
-            }
             if let Some(broken) = self.judge(&service, now, calm) {
                 return Some(broken);
             }
@@ -224,6 +239,7 @@ impl Checker {
         let Some(effective) = cluster.effective.get(service) else {
             self.excess_since.remove(service);
             self.endpoint_since.remove(service);
+            self.rollouts.remove(service);
             return None;
         };
         let update = cluster
@@ -232,20 +248,16 @@ impl Checker {
             .map(|s| s.update)
             .unwrap_or_default();
         let count = effective.instances as usize;
-        let instances: Vec<_> = cluster.instances_of(service).collect();
-        let running = instances
-            .iter()
-            .filter(|i| i.node_alive && i.is_running())
-            .count();
+        let totals = self.tally.of(service);
         let limit = count + update.max_extra as usize;
-        if running > limit {
+        if totals.wanted > limit {
             let since = *self.excess_since.entry(service.to_owned()).or_insert(now);
             if now.saturating_sub(since) > EXCESS_GRACE {
                 return Some((
                     Invariant::TooManyRunning,
                     format!(
-                        "{service} has {running} instances running on live nodes for {count} desired (max_extra {}) since {since:?}",
-                        update.max_extra
+                        "{service} has {} instances wanted running on live nodes ({} reported running) for {count} desired (max_extra {}) since {since:?}",
+                        totals.wanted, totals.running, update.max_extra
                     ),
                 ));
             }
@@ -253,18 +265,12 @@ impl Checker {
             self.excess_since.remove(service);
         }
 
-        let serving: std::collections::HashSet<&str> = instances
-            .iter()
-            .filter(|i| i.node_alive && i.is_ready())
-            .filter_map(|i| i.report().and_then(|o| o.address.as_deref()))
-            .collect();
-        let bad: Vec<String> = self
+        let bad: Vec<&String> = self
             .endpoints
             .get(service)
             .into_iter()
             .flatten()
-            .filter(|address| !serving.contains(address.as_str()))
-            .cloned()
+            .filter(|address| !totals.serving.contains_key(address.as_str()))
             .collect();
         if bad.is_empty() {
             self.endpoint_since.remove(service);
@@ -274,7 +280,7 @@ impl Checker {
                 let seen: Vec<String> = bad
                     .iter()
                     .map(|address| {
-                        let holder = instances.iter().find(|i| {
+                        let holder = cluster.instances_of(service).find(|i| {
                             i.observed.as_ref().and_then(|o| o.address.as_deref())
                                 == Some(address.as_str())
                         });
@@ -301,52 +307,118 @@ impl Checker {
             }
         }
 
-        let ready_count = instances
-            .iter()
-            .filter(|i| i.desired.state == DesiredState::Running && i.node_alive && i.is_ready())
-            .count();
-        let current_ready = instances
-            .iter()
-            .filter(|i| i.desired.version == effective.version && i.node_alive && i.is_ready())
-            .count();
         let (version, all_ready) = self
             .versions
             .entry(service.to_owned())
             .or_insert_with(|| (effective.version.clone(), false));
         if *version != effective.version {
             if *all_ready && calm {
-                let floor = count.saturating_sub(update.max_unavailable as usize);
-                self.rollouts.insert(
-                    service.to_owned(),
-                    Rollout {
-                        version: effective.version.clone(),
-                        floor,
-                    },
-                );
+                self.rollouts
+                    .insert(service.to_owned(), effective.version.clone());
             }
             *version = effective.version.clone();
             *all_ready = false;
         }
-        if current_ready >= count {
+        if totals.current_ready >= count {
             *all_ready = true;
         }
+        // The floor follows the count in force (a scale during the rollout moves it).
+        let floor = count.saturating_sub(update.max_unavailable as usize);
         match self.rollouts.get(service) {
-            Some(rollout) if !calm || rollout.version != effective.version => {
+            Some(rolled) if !calm || *rolled != effective.version => {
                 self.rollouts.remove(service);
             }
-            Some(_) if current_ready >= count => {
+            Some(_) if totals.current_ready >= count => {
                 self.rollouts.remove(service);
             }
-            Some(rollout) if ready_count < rollout.floor => {
+            Some(_) if totals.ready < floor => {
                 return Some((
                     Invariant::RolloutAvailability,
                     format!(
-                        "{service} has {ready_count} ready instances during its rollout, below {count} - max_unavailable {} = {}",
-                        update.max_unavailable, rollout.floor
+                        "{service} has {} ready instances during its rollout, below {count} - max_unavailable {} = {floor}",
+                        totals.ready, update.max_unavailable
                     ),
                 ));
             }
             _ => {}
+        }
+        None
+    }
+
+    /// Judges a commit of the instance controller before it lands, on the store as it is (which
+    /// the checker has taken in): the ready instances it asks to stop must leave each service
+    /// at least `count - max_unavailable` ready ([`Invariant::StopsWithinBudget`]). `read` is
+    /// the revision of the view the controller planned on: a stop counts only for an instance
+    /// surely ready then (ready, and unchanged since), while an instance whose readiness
+    /// changed since counts among those left ready (the controller may have seen it so); a
+    /// service whose count changed since is not judged.
+    pub(crate) fn stops_within_budget(
+        &self,
+        txn: &Txn,
+        read: Revision,
+    ) -> Option<(Invariant, String)> {
+        let mut stopped: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for op in &txn.then {
+            let Op::Put { key, value, .. } = op else {
+                continue;
+            };
+            let Some(RecordKey::Instance(id)) = RecordKey::parse(key) else {
+                continue;
+            };
+            let Ok(asked) = serde_json::from_slice::<DesiredInstance>(value) else {
+                continue;
+            };
+            let Some(held) = self.cluster.instances.get(id) else {
+                continue;
+            };
+            // Only a stop of an instance surely ready when the controller read counts; for those
+            // left, any that may have been ready counts (no false alarm either way).
+            if asked.state == DesiredState::Stopped
+                && held.desired.state == DesiredState::Running
+                && self.tally.surely_ready_at(id, read)
+            {
+                stopped
+                    .entry(held.desired.service.as_str())
+                    .or_default()
+                    .push(held.id.as_str());
+            }
+        }
+        for (service, ids) in stopped {
+            let stops = ids.len();
+            let Some(effective) = self.cluster.effective.get(service) else {
+                continue; // deleted: every instance goes
+            };
+            if self.effective_at.get(service).is_some_and(|at| *at > read) {
+                continue; // the count changed after the controller read it
+            }
+            let update = self
+                .cluster
+                .services
+                .get(service)
+                .map(|s| s.update)
+                .unwrap_or_default();
+            let floor =
+                (effective.instances as usize).saturating_sub(update.max_unavailable as usize);
+            let ready = self
+                .cluster
+                .instances_of(service)
+                .filter(|i| {
+                    i.desired.state == DesiredState::Running
+                        && self.tally.maybe_ready_at(&i.id, read)
+                })
+                .count();
+            if ready.saturating_sub(stops) < floor {
+                return Some((
+                    Invariant::StopsWithinBudget,
+                    format!(
+                        "the instance controller asked {stops} ready instances of {service} to stop ({}), leaving {} ready of {} (max_unavailable {}): below the floor {floor}",
+                        ids.join(", "),
+                        ready.saturating_sub(stops),
+                        effective.instances,
+                        update.max_unavailable
+                    ),
+                ));
+            }
         }
         None
     }

@@ -63,7 +63,7 @@
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
 //! | `replicas.rs` | runner replicas under leader election, their fences, a paused leader |
-//! | `check.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`] |
+//! | `check.rs`, `tally.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`]; each service's counts, kept one instance at a time |
 //! | `trace.rs` | [`Trace`] |
 //! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
 //! | `queue.rs` | the agenda |
@@ -79,12 +79,14 @@ mod replicas;
 mod report;
 mod requests;
 mod simulation;
+mod stops;
+mod tally;
 mod trace;
 mod world;
 
 pub use actors::EPOCH;
 pub use chaos::{Chaos, Run, Summary};
-pub use check::{ENDPOINT_GRACE, EXCESS_GRACE, Invariant, Violation};
+pub use check::{ENDPOINT_GRACE, EXCESS_GRACE, Invariant, STOP_BOUND, Violation};
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use replicas::LEADER_KEY;
 pub use report::Report;

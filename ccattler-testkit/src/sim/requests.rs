@@ -78,7 +78,7 @@ impl World {
                 .line(self.now, &name, "store request refused (slow storage)");
             match request {
                 Request::List(_) => Input::Listed(Err(error)),
-                Request::Commit(_) => Input::Committed(Err(error)),
+                Request::Commit { .. } => Input::Committed(Err(error)),
                 Request::CheckFences(_) => Input::FencesChecked(Err(error)),
                 Request::Agent(action) => match agent::perform::store_failure(&action, error) {
                     Some(outcome) => Input::Agent(outcome),
@@ -92,11 +92,19 @@ impl World {
         } else {
             match request {
                 Request::List(prefixes) => Input::Listed(self.list(&prefixes)),
-                Request::Commit(txn) => {
+                Request::Commit { txn, read } => {
                     if let Some(broken) = check::commit_writes(&name, &txn) {
                         self.violate(broken);
                     }
+                    // Judged on the store before the commit (what the checker took in), and
+                    // only if it lands: a refused commit stops nothing.
+                    let budget = self.checker.stops_within_budget(&txn, read);
                     let result = ready(self.store.txn(txn));
+                    if let (Ok(response), Some(broken)) = (&result, budget)
+                        && response.succeeded
+                    {
+                        self.violate(broken);
+                    }
                     self.trace_commit(&name, &result);
                     if let Ok(response) = &result
                         && response.succeeded

@@ -26,8 +26,11 @@ use super::trace::Trace;
 pub(crate) enum Request {
     /// A controller lists its prefixes.
     List(Vec<String>),
-    /// A controller commits.
-    Commit(Txn),
+    /// A controller commits what it planned on the view of revision `read`.
+    Commit {
+        txn: Txn,
+        read: ccattler_core::Revision,
+    },
     /// A controller checks its fences after a conflict.
     CheckFences(Txn),
     /// An agent's store action.
@@ -126,6 +129,8 @@ pub(crate) struct World {
     pub steps: u64,
     pub fatal: Option<String>,
     pub checker: Checker,
+    /// The stops agents heard of, checked once their bound passes.
+    pub stops: super::stops::Stops,
     /// The actors of the runner replicas under election (empty: one runner that always leads).
     pub replicas: Vec<usize>,
     /// The first invariant broken: the run stops there.
@@ -139,6 +144,7 @@ impl World {
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
         World {
             checker: Checker::new(&store),
+            stops: super::stops::Stops::default(),
             replicas: Vec::new(),
             violation: None,
             now: Duration::ZERO,
@@ -178,6 +184,7 @@ impl World {
         self.steps += 1;
         self.handle(event);
         self.pump();
+        self.check_stops();
         let calm = self.fired.iter().all(|(_, n)| *n == 0) && self.outage_until.is_zero();
         let reachable = self.now >= self.outage_until;
         if let Some(broken) = self.checker.after_step(self.now, calm, reachable) {
