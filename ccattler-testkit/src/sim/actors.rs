@@ -47,8 +47,8 @@ pub(crate) struct ControllerActor {
     pub incarnation: u64,
     pub watch_generation: u64,
     pub wake: Option<Duration>,
-    /// The revision of the view its last reconcile read (its commit was planned on it).
-    pub read: ccattler_core::Revision,
+    /// The view its last reconcile read (its commit was planned on it).
+    pub read: ccattler_core::FactView,
 }
 
 impl ControllerActor {
@@ -76,7 +76,7 @@ impl ControllerActor {
             incarnation: 0,
             watch_generation: 0,
             wake: None,
-            read: ccattler_core::Revision::ZERO,
+            read: ccattler_core::FactView::new(),
         }
     }
 
@@ -306,7 +306,7 @@ impl World {
                     }
                 }
                 Action::Reconcile { view } => {
-                    c.read = view.revision();
+                    c.read = view.clone();
                     let at = SystemTime::UNIX_EPOCH + EPOCH + now;
                     let controller = Arc::clone(&c.controller);
                     let mut ctx = ReconcileContext::new(at, &mut c.ids);
@@ -315,7 +315,7 @@ impl World {
                     self.answer(actor, incarnation, COMPUTE, Input::Reconciled(step));
                 }
                 Action::Commit { txn } => {
-                    let read = c.read;
+                    let read = c.read.clone();
                     self.send(actor, Request::Commit { txn, read });
                 }
                 Action::CheckFences { txn } => self.send(actor, Request::CheckFences(txn)),

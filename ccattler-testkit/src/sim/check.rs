@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use ccattler_controllers::standard::Cluster;
+use ccattler_controllers::standard::{Cluster, Standing};
 use ccattler_core::schema::{
     self, Assignment, DesiredInstance, DesiredState, Endpoints, RecordKey,
 };
-use ccattler_core::{EventKind, FactStore, Key, Op, Revision, Txn};
+use ccattler_core::{EventKind, FactStore, FactView, Key, Op, Revision, Txn};
 use ccattler_store::{MemoryStore, MemoryWatch};
 use futures_util::{FutureExt, StreamExt};
 
@@ -68,8 +68,10 @@ pub enum Invariant {
     /// simulators' truth), unless its start is still in flight.
     StopsWhenAsked,
     /// The instance controller never asks a ready instance to stop when that leaves its service
-    /// fewer than `count - max_unavailable` ready (counted as of the store it read): whatever
-    /// availability a service loses below that floor, faults took, never the controllers.
+    /// fewer than `count - max_unavailable` ready (counted as of the store it read; new
+    /// instances that ended for good under their restart policy are left out of the count, as
+    /// they will never be ready): whatever availability a service loses below that floor,
+    /// faults took, never the controllers.
     StopsWithinBudget,
     /// In a run without any fault so far, during a rollout (once the service had its count
     /// ready), the ready instances of a service never drop below its count minus
@@ -214,8 +216,7 @@ impl Checker {
                 _ => {}
             }
             self.cluster.apply(&event.fact.key, fact);
-            self.tally
-                .changed(&self.cluster, &event.fact.key, event.revision());
+            self.tally.changed(&self.cluster, &event.fact.key);
         }
         services.extend(self.cluster.take_touched());
         if !reachable {
@@ -345,19 +346,16 @@ impl Checker {
         None
     }
 
-    /// Judges a commit of the instance controller before it lands, on the store as it is (which
-    /// the checker has taken in): the ready instances it asks to stop must leave each service
-    /// at least `count - max_unavailable` ready ([`Invariant::StopsWithinBudget`]). `read` is
-    /// the revision of the view the controller planned on: a stop counts only for an instance
-    /// surely ready then (ready, and unchanged since), while an instance whose readiness
-    /// changed since counts among those left ready (the controller may have seen it so); a
-    /// service whose count changed since is not judged.
+    /// Judges a commit of the instance controller before it lands: the ready instances it
+    /// asks to stop must leave each service at least `count - max_unavailable` ready
+    /// ([`Invariant::StopsWithinBudget`]), all counted on `view`, the facts the controller
+    /// planned on (its own reading: under message delays a view may lag the store).
     pub(crate) fn stops_within_budget(
         &self,
         txn: &Txn,
-        read: Revision,
+        view: &FactView,
     ) -> Option<(Invariant, String)> {
-        let mut stopped: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut stopping: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for op in &txn.then {
             let Op::Put { key, value, .. } = op else {
                 continue;
@@ -368,60 +366,111 @@ impl Checker {
             let Ok(asked) = serde_json::from_slice::<DesiredInstance>(value) else {
                 continue;
             };
-            let Some(held) = self.cluster.instances.get(id) else {
-                continue;
-            };
-            // Only a stop of an instance surely ready when the controller read counts; for those
-            // left, any that may have been ready counts (no false alarm either way).
-            if asked.state == DesiredState::Stopped
-                && held.desired.state == DesiredState::Running
-                && self.tally.surely_ready_at(id, read)
-            {
-                stopped
-                    .entry(held.desired.service.as_str())
+            if asked.state == DesiredState::Stopped {
+                stopping
+                    .entry(asked.service)
                     .or_default()
-                    .push(held.id.as_str());
+                    .push(id.to_owned());
             }
         }
-        for (service, ids) in stopped {
-            let stops = ids.len();
-            let Some(effective) = self.cluster.effective.get(service) else {
+        for (service, ids) in stopping {
+            let seen = service_as_seen(view, &service);
+            let (Some(effective), Some(spec)) =
+                (seen.effective.get(&service), seen.services.get(&service))
+            else {
                 continue; // deleted: every instance goes
             };
-            if self.effective_at.get(service).is_some_and(|at| *at > read) {
-                continue; // the count changed after the controller read it
+            let instances: Vec<_> = seen.instances_of(&service).collect();
+            let ready = |i: &&ccattler_controllers::standard::Instance| {
+                i.desired.state == DesiredState::Running && i.node_alive && i.is_ready()
+            };
+            let stopped: Vec<&str> = instances
+                .iter()
+                .filter(|i| ids.contains(&i.id) && ready(i))
+                .map(|i| i.id.as_str())
+                .collect();
+            if stopped.is_empty() {
+                continue;
             }
-            let update = self
-                .cluster
-                .services
-                .get(service)
-                .map(|s| s.update)
-                .unwrap_or_default();
-            let floor =
-                (effective.instances as usize).saturating_sub(update.max_unavailable as usize);
-            let ready = self
-                .cluster
-                .instances_of(service)
+            // New instances that ended for good will never be ready: the floor leaves them
+            // out, as the instance controller documents.
+            let finished = instances
+                .iter()
                 .filter(|i| {
-                    i.desired.state == DesiredState::Running
-                        && self.tally.maybe_ready_at(&i.id, read)
+                    i.desired.version == effective.version
+                        && i.standing(spec.restart) == Standing::Finished
                 })
                 .count();
-            if ready.saturating_sub(stops) < floor {
+            let floor = (effective.instances as usize)
+                .saturating_sub(finished)
+                .saturating_sub(spec.update.max_unavailable as usize);
+            let left = instances.iter().filter(|i| ready(i)).count() - stopped.len();
+            if left < floor {
                 return Some((
                     Invariant::StopsWithinBudget,
                     format!(
-                        "the instance controller asked {stops} ready instances of {service} to stop ({}), leaving {} ready of {} (max_unavailable {}): below the floor {floor}",
-                        ids.join(", "),
-                        ready.saturating_sub(stops),
+                        "the instance controller asked {} ready instances of {service} to stop ({}), leaving {left} ready of {} (max_unavailable {}, ended for good {finished}): below the floor {floor}",
+                        stopped.len(),
+                        stopped.join(", "),
                         effective.instances,
-                        update.max_unavailable
+                        spec.update.max_unavailable
                     ),
                 ));
             }
         }
         None
     }
+}
+
+/// What `view` holds of `service`, read as the standard controllers read it: its spec and
+/// effective record, its instances with their placements and reports, and the node leases.
+/// Costs O(the service's instances and the nodes), not O(the view): a placement of an instance
+/// on a node whose lease is gone is not read (such an instance does not count as ready).
+fn service_as_seen(view: &FactView, service: &str) -> Cluster {
+    let mut cluster = Cluster::default();
+    let mut apply = |fact: &ccattler_core::Fact| cluster.apply(&fact.key, Some(fact));
+    for key in [
+        schema::keys::service(service),
+        schema::keys::effective(service),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Some(fact) = view.get(key.as_str()) {
+            apply(fact);
+        }
+    }
+    let nodes: Vec<String> = view
+        .scan(schema::NODE_LEASES)
+        .filter_map(|fact| match RecordKey::parse(&fact.key) {
+            Some(RecordKey::NodeLease(node)) => Some(node.to_owned()),
+            _ => None,
+        })
+        .collect();
+    view.scan(schema::NODE_LEASES).for_each(&mut apply);
+    // Instance ids begin with the service's name, `/` as `.`: only those are read.
+    let ids = format!("{}-", service.replace('/', "."));
+    let instances = format!("{}{ids}", schema::DESIRED_INSTANCES);
+    for fact in view.scan(&instances) {
+        if schema::decode::<DesiredInstance>(fact).is_ok_and(|d| d.service == service) {
+            apply(fact);
+        }
+    }
+    for node in &nodes {
+        let Ok(prefix) = schema::keys::node_placements(node) else {
+            continue;
+        };
+        for fact in view.scan(&format!("{prefix}{ids}")) {
+            apply(fact);
+            if let Some(RecordKey::Placement { node, instance }) = RecordKey::parse(&fact.key)
+                && let Ok(key) = schema::keys::observed_instance(node, instance)
+                && let Some(report) = view.get(key.as_str())
+            {
+                apply(report);
+            }
+        }
+    }
+    cluster
 }
 
 /// Whether a commit of `writer` writes only keys it may: no controller writes a desired key.

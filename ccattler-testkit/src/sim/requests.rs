@@ -96,9 +96,9 @@ impl World {
                     if let Some(broken) = check::commit_writes(&name, &txn) {
                         self.violate(broken);
                     }
-                    // Judged on the store before the commit (what the checker took in), and
-                    // only if it lands: a refused commit stops nothing.
-                    let budget = self.checker.stops_within_budget(&txn, read);
+                    // Judged on the view it was planned on, and only if it lands: a refused
+                    // commit stops nothing.
+                    let budget = self.checker.stops_within_budget(&txn, &read);
                     let result = ready(self.store.txn(txn));
                     if let (Ok(response), Some(broken)) = (&result, budget)
                         && response.succeeded

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use ccattler_controllers::standard::{Cluster, Instance, Standing};
+use ccattler_core::Key;
 use ccattler_core::schema::{DesiredState, RecordKey};
-use ccattler_core::{Key, Revision};
 
 /// One instance's part in its service's totals.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,8 +44,6 @@ pub(crate) struct Totals {
 pub(crate) struct Tally {
     marks: BTreeMap<String, Mark>,
     totals: BTreeMap<String, Totals>,
-    /// When each instance's readiness last changed (the store revision of the change).
-    ready_changed: BTreeMap<String, Revision>,
 }
 
 impl Tally {
@@ -54,22 +52,8 @@ impl Tally {
         self.totals.get(service).cloned().unwrap_or_default()
     }
 
-    /// Whether instance `id` was ready as of revision `at`, as far as the tally can tell: ready
-    /// now, or its readiness changed after `at` (so it may have been then).
-    pub(crate) fn maybe_ready_at(&self, id: &str, at: Revision) -> bool {
-        self.marks.get(id).is_some_and(|m| m.ready)
-            || self.ready_changed.get(id).is_some_and(|r| *r > at)
-    }
-
-    /// Whether instance `id` was surely ready as of revision `at`: ready now, and its readiness
-    /// has not changed since.
-    pub(crate) fn surely_ready_at(&self, id: &str, at: Revision) -> bool {
-        self.marks.get(id).is_some_and(|m| m.ready)
-            && self.ready_changed.get(id).is_none_or(|r| *r <= at)
-    }
-
-    /// Re-marks what the change of `key` at `revision` concerns, after `cluster` applied it.
-    pub(crate) fn changed(&mut self, cluster: &Cluster, key: &Key, revision: Revision) {
+    /// Re-marks what the change of `key` concerns, after `cluster` applied it.
+    pub(crate) fn changed(&mut self, cluster: &Cluster, key: &Key) {
         let ids: Vec<String> = match RecordKey::parse(key) {
             Some(RecordKey::Instance(id))
             | Some(RecordKey::Placement { instance: id, .. })
@@ -83,19 +67,16 @@ impl Tally {
             _ => return,
         };
         for id in ids {
-            self.remark(cluster, &id, revision);
+            self.remark(cluster, &id);
         }
     }
 
-    fn remark(&mut self, cluster: &Cluster, id: &str, revision: Revision) {
+    fn remark(&mut self, cluster: &Cluster, id: &str) {
         let new = cluster.instances.get(id).map(|i| mark(cluster, i));
         let old = match &new {
             Some(mark) => self.marks.insert(id.to_owned(), mark.clone()),
             None => self.marks.remove(id),
         };
-        if old.as_ref().map(|m| m.ready) != new.as_ref().map(|m| m.ready) {
-            self.ready_changed.insert(id.to_owned(), revision);
-        }
         if let Some(old) = old {
             let totals = self.totals.entry(old.service.clone()).or_default();
             add(totals, &old, false);

@@ -26,10 +26,10 @@ use super::trace::Trace;
 pub(crate) enum Request {
     /// A controller lists its prefixes.
     List(Vec<String>),
-    /// A controller commits what it planned on the view of revision `read`.
+    /// A controller commits what it planned on the view `read`.
     Commit {
         txn: Txn,
-        read: ccattler_core::Revision,
+        read: ccattler_core::FactView,
     },
     /// A controller checks its fences after a conflict.
     CheckFences(Txn),
