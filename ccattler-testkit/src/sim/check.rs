@@ -46,6 +46,12 @@ pub const EXCESS_GRACE: Duration = Duration::from_secs(15);
 /// transient errors). Seed 23 of the CI slice measured 10.1 s.
 pub const ENDPOINT_GRACE: Duration = Duration::from_secs(15);
 
+/// How much longer [`EXCESS_GRACE`] and [`ENDPOINT_GRACE`] are when a controller's watch lost
+/// an event without breaking (the lost-messages fault) since the state began, or within this
+/// long before: that controller learns what it missed only at its next resync, every
+/// [`LoopConfig::resync_interval`](ccattler_core::runner::LoopConfig) (30 s).
+pub const SILENT_LOSS_GRACE: Duration = Duration::from_secs(30);
+
 /// How long an instance may still run after its agent heard that it must stop (its placement
 /// says stop, or is gone, in an event its watch delivered or a list it read).
 ///
@@ -62,7 +68,8 @@ pub const STOP_BOUND: Duration = Duration::from_secs(7);
 pub enum Invariant {
     /// The instances of a service the control plane wants running (desired running, placed on
     /// a node that holds its lease, not ended) never exceed its count plus its update policy's
-    /// `max_extra` for longer than [`EXCESS_GRACE`].
+    /// `max_extra` for longer than [`EXCESS_GRACE`] ([`SILENT_LOSS_GRACE`] more after a
+    /// controller's watch lost an event).
     TooManyRunning,
     /// An instance its agent heard it must stop does not run [`STOP_BOUND`] later (the
     /// simulators' truth), unless its start is still in flight.
@@ -78,7 +85,8 @@ pub enum Invariant {
     /// `max_unavailable`.
     RolloutAvailability,
     /// An endpoint lists only instances that are ready on live nodes (within
-    /// [`ENDPOINT_GRACE`]).
+    /// [`ENDPOINT_GRACE`], [`SILENT_LOSS_GRACE`] more after a controller's watch lost an
+    /// event).
     EndpointsReady,
     /// No instance id runs on two live nodes at once.
     RunsOnce,
@@ -157,6 +165,8 @@ pub(crate) struct Checker {
     rollouts: BTreeMap<String, String>,
     /// Services touched while the control plane was unreachable: judged once it is back.
     deferred: std::collections::BTreeSet<String>,
+    /// When a controller's watch last lost an event without breaking.
+    silent_loss: Option<Duration>,
 }
 
 impl Checker {
@@ -172,6 +182,26 @@ impl Checker {
             versions: BTreeMap::new(),
             rollouts: BTreeMap::new(),
             deferred: std::collections::BTreeSet::new(),
+            silent_loss: None,
+        }
+    }
+
+    /// A controller's watch lost an event without breaking, at `now`: see
+    /// [`SILENT_LOSS_GRACE`].
+    pub(crate) fn silently_lost(&mut self, now: Duration) {
+        self.silent_loss = Some(now);
+    }
+
+    /// The bound a state that began at `since` has: `grace`, and [`SILENT_LOSS_GRACE`] more if
+    /// a controller may have missed an event that would end it.
+    fn bound(&self, since: Duration, grace: Duration) -> Duration {
+        let lossy = self
+            .silent_loss
+            .is_some_and(|at| at + SILENT_LOSS_GRACE >= since);
+        if lossy {
+            grace + SILENT_LOSS_GRACE
+        } else {
+            grace
         }
     }
 
@@ -253,7 +283,7 @@ impl Checker {
         let limit = count + update.max_extra as usize;
         if totals.wanted > limit {
             let since = *self.excess_since.entry(service.to_owned()).or_insert(now);
-            if now.saturating_sub(since) > EXCESS_GRACE {
+            if now.saturating_sub(since) > self.bound(since, EXCESS_GRACE) {
                 return Some((
                     Invariant::TooManyRunning,
                     format!(
@@ -277,7 +307,7 @@ impl Checker {
             self.endpoint_since.remove(service);
         } else {
             let since = *self.endpoint_since.entry(service.to_owned()).or_insert(now);
-            if now.saturating_sub(since) > ENDPOINT_GRACE {
+            if now.saturating_sub(since) > self.bound(since, ENDPOINT_GRACE) {
                 let seen: Vec<String> = bad
                     .iter()
                     .map(|address| {

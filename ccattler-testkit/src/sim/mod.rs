@@ -86,7 +86,9 @@ mod world;
 
 pub use actors::EPOCH;
 pub use chaos::{Chaos, Run, Summary};
-pub use check::{ENDPOINT_GRACE, EXCESS_GRACE, Invariant, STOP_BOUND, Violation};
+pub use check::{
+    ENDPOINT_GRACE, EXCESS_GRACE, Invariant, SILENT_LOSS_GRACE, STOP_BOUND, Violation,
+};
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use replicas::LEADER_KEY;
 pub use report::Report;

@@ -403,6 +403,9 @@ impl World {
                         },
                     );
                 } else {
+                    if matches!(actor, Actor::Controller(_)) {
+                        self.checker.silently_lost(self.now);
+                    }
                     self.trace
                         .line(self.now, &name, "watch event lost silently");
                 }
