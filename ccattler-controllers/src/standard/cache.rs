@@ -29,26 +29,24 @@ impl ClusterCache {
         self.read_changes(view).0
     }
 
-    /// The cluster of `view`, and the services whose records changed since the previous call
-    /// (`None`: this is the first read, consider every service changed).
-    pub fn read_changes(
-        &self,
-        view: &FactView,
-    ) -> (Cluster, Option<std::collections::BTreeSet<String>>) {
+    /// The cluster of `view`, and the services whose records changed since the previous call;
+    /// on the first read, every service any record names (its spec, effective record,
+    /// instances, or only a status or endpoints record left of a deleted service).
+    pub fn read_changes(&self, view: &FactView) -> (Cluster, std::collections::BTreeSet<String>) {
         // Taken out while patching: if anything panics, the next call starts afresh.
         let previous = self.last.lock().take();
-        let (mut cluster, first) = match previous {
+        let mut cluster = match previous {
             Some((old_view, mut cluster)) => {
                 for (key, _, new) in view.changes_since(&old_view) {
                     cluster.apply(key, new);
                 }
-                (cluster, false)
+                cluster
             }
-            None => (Cluster::read(view), true),
+            None => Cluster::read(view),
         };
         let touched = cluster.take_touched();
         *self.last.lock() = Some((view.clone(), cluster.clone()));
-        (cluster, (!first).then_some(touched))
+        (cluster, touched)
     }
 }
 
@@ -77,13 +75,7 @@ impl PlanCache {
     pub fn begin(&self, view: &FactView) -> (Cluster, std::collections::BTreeSet<String>) {
         let (cluster, touched) = self.cache.read_changes(view);
         let mut pending = self.pending.lock();
-        match touched {
-            Some(touched) => pending.extend(touched),
-            None => {
-                pending.extend(cluster.services.keys().cloned());
-                pending.extend(cluster.service_names().into_iter().map(str::to_owned));
-            }
-        }
+        pending.extend(touched);
         (cluster, pending.clone())
     }
 
