@@ -184,3 +184,81 @@ fn without_needless_faults(mut schedule: Schedule, fails: &dyn Fn(&Schedule) -> 
         }
     }
 }
+
+/// Shrinking reduces the workload as well as the faults: a generated workload of several
+/// services, with the version change that makes a paused, unfenced leader write as a deposed
+/// one, and faults of other kinds around the pause, shrinks to one service, its version change
+/// and the leader loss.
+#[test]
+fn a_failing_workload_shrinks_with_its_faults() {
+    use ccattler_testkit::sim::shrink;
+    use ccattler_testkit::workload::{Change, Step, Workload};
+
+    let mut workload = Workload::generate(3, Duration::from_secs(20));
+    let first = workload.services[0].name.clone();
+    workload.steps = vec![Step {
+        at: Duration::from_secs(5),
+        change: Change::Version {
+            service: first,
+            broken: false,
+        },
+    }];
+    let run = |w: &Workload, s: &Schedule| {
+        w.builder().is_ok_and(|b| {
+            let report = b
+                .replicas(2)
+                .lease_ttl(Duration::from_secs(3))
+                .duration(Duration::from_secs(20))
+                .unfenced()
+                .schedule(s.clone())
+                .run();
+            report
+                .violation
+                .is_some_and(|v| v.invariant == ccattler_testkit::sim::Invariant::DeposedWrite)
+        })
+    };
+    let pause = |ms: u64| Fault {
+        at: Duration::from_millis(ms),
+        kind: FaultKind::LeaderLoss,
+        target: 0,
+        length: Duration::from_secs(8),
+        wipe: false,
+    };
+    let noise = |kind, at: u64| Fault {
+        at: Duration::from_millis(at),
+        kind,
+        target: 1,
+        length: Duration::from_secs(2),
+        wipe: false,
+    };
+    let failing = (5_001..5_200).find_map(|ms| {
+        let schedule = Schedule {
+            faults: vec![
+                noise(FaultKind::NetworkDelay, 1_000),
+                noise(FaultKind::ProcessCrash, 3_000),
+                pause(ms),
+                noise(FaultKind::DuplicateEvents, 12_000),
+            ],
+        };
+        run(&workload, &schedule).then_some(schedule)
+    });
+    let schedule = failing.expect("a pause that lets the unfenced leader write");
+    let before = (workload.services.len(), workload.nodes.len());
+    let (small, faults) = shrink(workload, schedule, run);
+    assert!(run(&small, &faults), "the shrunk run still fails");
+    assert_eq!(small.services.len(), 1, "{small}");
+    assert!(
+        small.nodes.len() <= before.1,
+        "nodes {} of {}",
+        small.nodes.len(),
+        before.1
+    );
+    assert!(
+        faults
+            .faults
+            .iter()
+            .all(|f| f.kind == FaultKind::LeaderLoss),
+        "only the leader loss is needed: {faults:?}"
+    );
+    eprintln!("shrunk from {before:?} services and nodes to:\n{small}\n{faults:?}");
+}

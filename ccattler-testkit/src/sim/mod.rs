@@ -66,6 +66,7 @@
 //! | `check.rs`, `tally.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`]; each service's counts, kept one instance at a time |
 //! | `trace.rs` | [`Trace`] |
 //! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
+//! | `shrink.rs` | [`shrink`]: a failing run reduced to the faults and the workload it needs |
 //! | `queue.rs` | the agenda |
 
 mod actors;
@@ -78,6 +79,7 @@ mod queue;
 mod replicas;
 mod report;
 mod requests;
+mod shrink;
 mod simulation;
 mod stops;
 mod tally;
@@ -92,6 +94,7 @@ pub use check::{
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use replicas::LEADER_KEY;
 pub use report::Report;
+pub use shrink::shrink;
 pub use simulation::Simulation;
 pub use trace::{Keep, Trace};
 

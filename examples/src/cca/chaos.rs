@@ -20,7 +20,8 @@
 //! 5. `--generate` draws the workload from each seed instead of a file: a cluster of 2 to 7
 //!    nodes and services using every feature of the language, with changes while it runs
 //!    (`ccattler_testkit::workload`). With `--seed N`, `--print-workload` prints the seed's
-//!    cluster and documents.
+//!    cluster and documents, and `--shrink` reduces a failing seed to the smallest workload and
+//!    faults that still fail the same way.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -57,6 +58,11 @@ pub struct ChaosArgs {
     /// document) before running it.
     #[arg(long, requires_all = ["generate", "seed"])]
     pub print_workload: bool,
+    /// With --generate and --seed, when the seed fails: shrink it (take out faults, services,
+    /// steps, instances and features while it still fails the same way) and print what is
+    /// left: the smallest workload and faults that still fail.
+    #[arg(long, requires_all = ["generate", "seed"])]
+    pub shrink: bool,
     /// Run this one seed only (and print the end of its trace if it fails).
     #[arg(long, value_name = "N", conflicts_with = "seeds")]
     pub seed: Option<u64>,
@@ -231,6 +237,9 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
                             .run(),
                     )?;
                 }
+                if args.shrink {
+                    return Ok(shrink_seed(args, workload, seed));
+                }
             }
             let configured = args.clone();
             Chaos::generated(
@@ -260,6 +269,45 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
     } else {
         ExitCode::from(EXIT_FAILURE)
     })
+}
+
+/// Shrinks the failing run of generated `workload` (its seed `seed`) and prints what is left.
+fn shrink_seed(args: &ChaosArgs, workload: Workload, seed: u64) -> ExitCode {
+    let build = |w: &Workload| {
+        w.builder()
+            .ok()
+            .map(|b| args.configure(b).settle_at_least(w.settle()).seed(seed))
+    };
+    let Some(builder) = build(&workload) else {
+        println!("seed {seed}: the language refused its workload; nothing to shrink");
+        return ExitCode::from(EXIT_FAILURE);
+    };
+    let first = builder.clone().run();
+    if first.passed() {
+        println!("seed {seed} passes: nothing to shrink");
+        return ExitCode::SUCCESS;
+    }
+    // The same failure: the same invariant broken, or no convergence.
+    let verdict =
+        |report: &ccattler_testkit::sim::Report| report.violation.as_ref().map(|v| v.invariant);
+    let chased = verdict(&first);
+    let fails = |w: &Workload, s: &ccattler_testkit::sim::Schedule| {
+        build(w).is_some_and(|b| {
+            let report = b.schedule(s.clone()).run();
+            !report.passed() && verdict(&report) == chased
+        })
+    };
+    eprintln!(
+        "seed {seed} fails ({}); shrinking...",
+        first.explain().lines().next().unwrap_or("")
+    );
+    let (small, faults) = ccattler_testkit::sim::shrink(workload, first.schedule.clone(), fails);
+    println!("seed {seed} shrunk to {} faults:", faults.faults.len());
+    for fault in &faults.faults {
+        println!("  {fault}");
+    }
+    println!("{small}");
+    ExitCode::from(EXIT_FAILURE)
 }
 
 /// The seeds the arguments name: `--seed N`, or `--seeds` of them from `--first-seed`.
