@@ -61,12 +61,34 @@ fn seeds_run_under_every_fault_and_are_summed_up() {
 }
 
 #[test]
-fn a_file_that_cannot_converge_fails_every_seed_with_a_replay_command() {
+fn a_file_that_cannot_converge_is_named_before_anything_is_simulated() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("gpu.cca");
     std::fs::write(
         &file,
         "service trainer {\n  image t:1\n  instances 2\n  placement {\n    require gpu = yes\n  }\n}\n",
+    )
+    .expect("write");
+    let out = cca(&["chaos", path(&file), "--seeds", "2"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("cannot converge on 3 nodes"), "{stdout}");
+    assert!(stdout.contains("nothing simulated"), "{stdout}");
+    assert!(
+        stdout.contains("service trainer: 2 of its 2 instances cannot be placed")
+            && stdout.contains("lack label gpu=yes"),
+        "names the service and why: {stdout}"
+    );
+}
+
+#[test]
+fn a_failing_seed_comes_with_a_replay_command() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("crashing.cca");
+    // Placeable, but it exits at once, again and again: never ready, never converged.
+    std::fs::write(
+        &file,
+        "service crasher {\n  image c:1\n  command \"exit 1\"\n  instances 2\n}\n",
     )
     .expect("write");
     let out = cca(&[
@@ -83,7 +105,7 @@ fn a_file_that_cannot_converge_fails_every_seed_with_a_replay_command() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("0 passed, 2 failed"), "{stdout}");
     assert!(stdout.contains("not converged"), "{stdout}");
-    assert!(stdout.contains("is not placed"), "says why: {stdout}");
+    assert!(stdout.contains("crasher"), "names the service: {stdout}");
     let replay = stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("replay: cca "))
@@ -99,6 +121,24 @@ fn a_file_that_cannot_converge_fails_every_seed_with_a_replay_command() {
         "{}",
         text(&again.stdout)
     );
+}
+
+#[test]
+fn generated_workloads_run_print_and_shrink() {
+    let out = cca(&["chaos", "--generate", "--seeds", "5", "--duration", "20s"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("5 seeds x 20s of virtual time, generated workloads and clusters"),
+        "{stdout}"
+    );
+    let printed = cca(&["chaos", "--generate", "--seed", "7", "--print-workload"]);
+    let stdout = text(&printed.stdout);
+    assert!(stdout.contains("# workload of seed 7:"), "{stdout}");
+    assert!(stdout.contains("service "), "the documents: {stdout}");
+    // A file and --generate are one or the other.
+    let both = cca(&["chaos", path(&chaos_file()), "--generate"]);
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
 }
 
 #[test]

@@ -157,6 +157,44 @@ fn fmt_prints_checks_and_writes_the_canonical_format() {
     );
 }
 
+/// `cca check ... | head -1`: the reader goes away after one line. The command ends quietly
+/// (no panic, no backtrace) with the status of a process ended by SIGPIPE, as Unix tools do.
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let files: Vec<String> = (0..2000)
+        .map(|i| {
+            let path = write(
+                dir.path(),
+                &format!("s{i}.cca"),
+                "service web {\n    image nginx\n}\n",
+            );
+            path.display().to_string()
+        })
+        .collect();
+    let mut child = Command::new(CCA)
+        .arg("check")
+        .args(&files)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cca runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("one line");
+    // Dropping the reader closes the pipe: the next writes fail with EPIPE.
+    let out = child.wait_with_output().expect("cca ends");
+    assert!(first.contains(": ok, 1 service"), "{first}");
+    assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("panicked"),
+        "no panic: {}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn completions_cover_the_subcommands() {
     let out = cca(&["completions", "bash"]);

@@ -182,13 +182,43 @@ pub enum CliError {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
-    match execute(cli) {
-        Ok(code) => code,
-        Err(err) => {
+    quiet_on_closed_stdout();
+    let outcome = std::panic::catch_unwind(|| execute(cli));
+    match outcome {
+        Ok(Ok(code)) => code,
+        Ok(Err(err)) => {
             report(&err);
             ExitCode::from(EXIT_FAILURE)
         }
+        Err(payload) if is_closed_stdout(&*payload) => ExitCode::from(EXIT_CLOSED_PIPE),
+        Err(payload) => std::panic::resume_unwind(payload),
     }
+}
+
+/// The exit code when whoever read the output went away (`cca get ... | head -1`): what a
+/// shell reports for a process ended by SIGPIPE, 128 + 13.
+pub const EXIT_CLOSED_PIPE: u8 = 141;
+
+/// A closed standard output (its reader exited) makes `println!` panic: that panic is not a
+/// bug, so it prints nothing, and [`run`] ends the command quietly. Every other panic is
+/// reported as usual.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_closed_stdout(info.payload()) {
+            default(info);
+        }
+    }));
+}
+
+/// Whether a panic is the standard library's on writing to a closed standard output.
+fn is_closed_stdout(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    message.starts_with("failed printing to stdout") && message.contains("Broken pipe")
 }
 
 /// Runs one parsed command line.
