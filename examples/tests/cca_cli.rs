@@ -195,6 +195,53 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
     );
 }
 
+/// `cca dev --api`: `/metrics` counts from the start, not from its first scrape. The first
+/// scrape, once the cluster converged, shows every instance the controllers created.
+#[test]
+fn dev_metrics_count_from_the_start() {
+    let mut child = Command::new(CCA)
+        .args(["dev", "--runtime", "sim", "--api", "127.0.0.1:0"])
+        .arg(hello())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cca dev runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut api = None;
+    let (mut web, mut worker) = (false, false);
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("a line");
+        if let Some(rest) = line.strip_prefix("API on ") {
+            let (url, token) = rest.split_once(" (admin token: ").expect("url and token");
+            api = Some((url.to_owned(), token.trim_end_matches(')').to_owned()));
+        }
+        web |= line.contains("web: desired 3, placed 3, running 3, ready 3");
+        worker |= line.contains("worker: desired 2, placed 2, running 2, ready 2");
+        if web && worker {
+            break;
+        }
+    }
+    let (url, token) = api.expect("the API's address");
+    let scrape = Command::new("curl")
+        .args(["-sS", "-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("{url}/metrics"))
+        .output()
+        .expect("curl runs (scripts/test installs it)");
+    let _ = child.kill();
+    let _ = child.wait();
+    let metrics = text(&scrape.stdout);
+    let committed = metrics
+        .lines()
+        .find(|l| l.starts_with("ccattler_changes_committed_total{controller=\"instances\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_default();
+    assert!(
+        committed >= 5.0,
+        "the 5 instances created before the first scrape are counted: {committed}\n{metrics}"
+    );
+}
+
 #[test]
 fn completions_cover_the_subcommands() {
     let out = cca(&["completions", "bash"]);

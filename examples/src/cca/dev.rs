@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ccattler_controllers::lang::{Compiled, SourceFile};
-use ccattler_core::schema::{ProbeCheck, format_duration};
+use ccattler_core::schema::format_duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::check::compile_or_report;
@@ -121,8 +121,9 @@ pub fn run(args: &DevArgs) -> Result<ExitCode, CliError> {
 
 async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<ExitCode, CliError> {
     let mut signals = Signals::new()?;
-    if args.runtime == RuntimeKind::Sim {
-        warn_about_probes(compiled);
+    if args.api.is_some() {
+        // Before anything runs, so that `/metrics` counts from the start.
+        super::metrics::install().map_err(|err| CliError::Start(err.to_string()))?;
     }
     let mut cluster = DevCluster::start(args.config()).await?;
     println!(
@@ -276,23 +277,6 @@ async fn print_final(cluster: &DevCluster) {
     match ClusterStatus::read(cluster.store()).await {
         Ok(status) => print!("final status:\n{}", status.table()),
         Err(err) => eprintln!("cannot read the final status: {err}"),
-    }
-}
-
-/// The simulator runs nothing, so nothing answers http and tcp probes.
-fn warn_about_probes(compiled: &Compiled) {
-    for spec in &compiled.services {
-        let probes = [&spec.startup, &spec.liveness, &spec.readiness];
-        if probes.iter().any(|p| {
-            p.as_ref()
-                .is_some_and(|p| matches!(p.check, ProbeCheck::Http { .. } | ProbeCheck::Tcp))
-        }) {
-            eprintln!(
-                "warning: service {}: the simulator runs nothing, so its http/tcp probes will \
-                 fail (use --runtime process)",
-                spec.name
-            );
-        }
     }
 }
 
