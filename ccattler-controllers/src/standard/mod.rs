@@ -1,6 +1,10 @@
 //! The standard controllers: from desired services to placed, running, reachable instances.
 //!
-//! Each is a pure [`ccattler_core::Controller`] with its own write domain; they meet
+//! Each is a [`ccattler_core::Controller`] with its own write domain, and a pure function of
+//! the view and the context it is handed: the caches they keep across calls only save work.
+//! One exception, on purpose: the scheduler judges every service's spread at most every 5 s
+//! of the context's time, remembering when it last did, so a rebalancing suggestion for room
+//! freed by another service can wait for that sweep (see `spread.rs`). They meet
 //! only in the store (see the key table in [`ccattler_core::schema`]).
 //!
 //! | controller | reads | writes |

@@ -437,6 +437,9 @@ impl ControllerLoop {
         if held.is_some_and(|held| held >= revision) {
             return; // our own commit's echo, or older than what we hold
         }
+        if held.is_none() && event.kind == crate::EventKind::Delete {
+            return; // a key the view does not hold: our own delete's echo, or a no-op
+        }
         match event.kind {
             crate::EventKind::Put => self.view.insert(event.fact),
             crate::EventKind::Delete => {

@@ -175,6 +175,28 @@ fn commits_are_guarded_by_the_revisions_read_and_read_back_at_once() {
 }
 
 #[test]
+fn the_echo_of_our_own_delete_reconciles_nothing() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    expect_commit(&mut l);
+    l.committed(ok(11));
+    l.event(put_event("out/x", "1", 11));
+    l.event(put_event("in/a", "2", 12));
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::delete(key("out/x"))]));
+    expect_commit(&mut l);
+    l.committed(ok(13));
+    l.event(WatchEvent {
+        kind: EventKind::Delete,
+        fact: fact("out/x", "", 13),
+        prev: Some(fact("out/x", "1", 11)),
+    });
+    assert!(l.next_action().is_none(), "a delete's echo is ignored too");
+    assert_eq!(l.stats().reconciles, 2);
+}
+
+#[test]
 fn putting_the_value_already_held_commits_nothing() {
     let mut l = live_loop();
     l.event(put_event("out/a", "same", 11));

@@ -81,8 +81,9 @@ impl Principal {
 
 /// The write domain of node `node`'s credential: exactly its lease
 /// ([`schema::keys::node_lease`], `lease/node/N`), its node record ([`schema::keys::node`],
-/// `observed/node/N`) and its instances' observations
-/// ([`schema::keys::observed_instance`], `observed/instance/N/ID`).
+/// `observed/node/N`), its instances' observations
+/// ([`schema::keys::observed_instance`], `observed/instance/N/ID`) and its own events
+/// (`event/{object}/node.N/{slot}`, [`schema::keys::node_event_writer`]).
 ///
 /// # Guarantees
 ///

@@ -8,8 +8,10 @@
 //! | `lease.rs` | the lease table and its ordered deadlines |
 //! | `txn.rs` | transaction validation, compares and apply |
 //!
-//! One `parking_lot::RwLock` guards all state: reads share it, writes hold it for the few hundred
-//! nanoseconds a write takes. Watchers are woken after the lock is released.
+//! One `parking_lot::RwLock` guards all state: reads share it, writes hold it exclusively while
+//! they apply and offer the event to every watcher (each watcher's queue is offered the event
+//! under the lock, so a write costs more the more watchers there are). Watchers are woken
+//! after the lock is released.
 
 mod config;
 mod lease;

@@ -38,21 +38,30 @@
 //!   1 to 5 ms back. A watch event takes 1 to 5 ms to reach its watcher, never overtaking the
 //!   one before it. A watch is opened at once.
 //! - **Work.** A reconcile takes 1 ms; a runtime operation 1 to 5 ms; a start, as long as
-//!   [`start_delay`](SimulationBuilder::start_delay) says (none by default).
+//!   [`start_delay`](SimulationBuilder::start_delay) or
+//!   [`slow_image`](SimulationBuilder::slow_image) says (none by default), during which the
+//!   agent's start of that instance is in flight and its other instances go on.
 //! - **Start.** The user's apply happens within the first second; nodes boot within the first
-//!   two seconds, in an order the seed decides, so a node may register after the apply.
+//!   two seconds, in an order the seed decides, so a node may register after the apply. Each
+//!   document is the whole desired state: applying a later one deletes what it no longer
+//!   declares. The workload can be drawn from the seed as well
+//!   ([`Workload`](crate::workload::Workload), [`Chaos::generated`]).
 //! - **Faults.** Drawn from [`FaultRates`] into a [`Schedule`] over
 //!   [`duration`](SimulationBuilder::duration); each kind's model is documented on
 //!   [`FaultKind`].
-//! - **Invariants.** After every step, as [`Invariant`]'s docs list them; the first one broken
-//!   stops the run and fails it, with the seed, the step and the trace's last lines.
+//! - **Invariants.** After every step, as [`Invariant`]'s docs list them, each with the bound
+//!   it allows derived on its constant ([`EXCESS_GRACE`], [`ENDPOINT_GRACE`],
+//!   [`SILENT_LOSS_GRACE`], [`STOP_BOUND`]); every service is judged exactly, however large.
+//!   The first one broken stops the run and fails it, with the seed, the step and the trace's
+//!   last lines.
 //! - **Convergence.** Once the last fault's effects end, the run goes on without faults for at
 //!   most [`settle`](SimulationBuilder::settle) (default 120 s: four resyncs, twelve default lease
 //!   TTLs) and passes when the store is converged
 //!   ([`Snapshot::is_converged`](crate::cluster::Snapshot::is_converged)): every service has
-//!   exactly its count of current instances, running and ready on live nodes, with status and
-//!   endpoints saying so. A document that cannot converge (a requirement no node meets) never
-//!   passes.
+//!   exactly its count of current instances, running and ready on live nodes (but those its
+//!   restart policy leaves ended), with status and endpoints saying so, spread as the scheduler
+//!   controller's rule asks. A document that cannot converge (a requirement no node meets)
+//!   never passes; a report that did not converge lists the gaps.
 //!
 //! | file | what it holds |
 //! |---|---|
@@ -63,6 +72,7 @@
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
 //! | `replicas.rs` | runner replicas under leader election, their fences, a paused leader |
+//! | `stops.rs` | what each agent heard it must stop, checked against the simulators |
 //! | `check.rs`, `tally.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`]; each service's counts, kept one instance at a time |
 //! | `trace.rs` | [`Trace`] |
 //! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
