@@ -21,7 +21,7 @@ pub struct Chaos {
 #[derive(Clone)]
 enum Source {
     /// One builder, its seed replaced.
-    Fixed(SimulationBuilder),
+    Fixed(Box<SimulationBuilder>),
     /// The workload drawn from the seed ([`Workload::generate`] over `window`), its builder
     /// then set up by `configure` (faults, timing).
     Generated {
@@ -147,7 +147,7 @@ impl Chaos {
     /// threads.
     pub fn new(builder: SimulationBuilder, seeds: impl IntoIterator<Item = u64>) -> Self {
         Chaos {
-            source: Source::Fixed(builder),
+            source: Source::Fixed(Box::new(builder)),
             seeds: seeds.into_iter().collect(),
             threads: 2,
         }

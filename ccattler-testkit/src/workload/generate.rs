@@ -351,7 +351,7 @@ impl Draw<'_> {
                 8 => {
                     let added = self.service();
                     names.push(added.name.clone());
-                    Change::Add(added)
+                    Change::Add(Box::new(added))
                 }
                 _ => match workload.services.iter().flat_map(|s| &s.secrets).next() {
                     Some((name, _)) => Change::Secret {
@@ -368,7 +368,7 @@ impl Draw<'_> {
             .services
             .iter()
             .chain(steps.iter().filter_map(|s| match &s.change {
-                Change::Add(service) => Some(service),
+                Change::Add(service) => Some(service.as_ref()),
                 _ => None,
             }))
             .flat_map(|s| s.secrets.iter().map(|(name, _)| name.clone()))

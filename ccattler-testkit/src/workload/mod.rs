@@ -180,7 +180,7 @@ pub enum Change {
         service: String,
     },
     /// Adds a service.
-    Add(ServiceDraw),
+    Add(Box<ServiceDraw>),
     /// Sets a secret (a first value, or a new one).
     Secret {
         /// The secret's name.
@@ -267,7 +267,7 @@ impl Workload {
                 Change::Add(service) => {
                     let fresh = services.iter().all(|s| s.name != service.name);
                     if fresh {
-                        services.push(service.clone());
+                        services.push(service.as_ref().clone());
                     }
                     fresh
                 }

@@ -46,7 +46,7 @@ impl Workload {
             if let Change::Add(service) = &step.change {
                 for simpler in features_off(service) {
                     let mut w = self.clone();
-                    w.steps[i].change = Change::Add(simpler);
+                    w.steps[i].change = Change::Add(Box::new(simpler));
                     out.push(w);
                 }
             }
