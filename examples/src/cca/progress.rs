@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ccattler_core::schema::{
-    self, Assignment, DesiredState, EffectiveService, ServiceSpec, ServiceStatus, Unschedulable,
+    self, Assignment, DesiredState, EffectiveService, RebalanceMove, ServiceSpec, ServiceStatus,
+    Unschedulable,
 };
 use ccattler_core::{FactStore, Revision, StoreError};
 use futures_util::{FutureExt, StreamExt};
@@ -34,7 +35,8 @@ pub struct ServiceRow {
     /// Why, one entry per distinct reason.
     pub reasons: Vec<String>,
     /// Whether the status controller has counted the current desired number, with every count
-    /// matching it: nothing is left to do for this service.
+    /// matching it, and no rebalancing move is in flight or about to start: nothing is left to
+    /// do for this service.
     pub converged: bool,
 }
 
@@ -57,6 +59,7 @@ impl ClusterStatus {
         let specs = store.scan(schema::DESIRED_SERVICES).await?.facts;
         let effective = decoded::<S, EffectiveService>(store, schema::EFFECTIVE_SERVICES).await?;
         let status = decoded::<S, ServiceStatus>(store, schema::SERVICE_STATUSES).await?;
+        let moves = decoded::<S, RebalanceMove>(store, schema::REBALANCE_MOVES).await?;
         let mut placed: BTreeMap<String, u32> = BTreeMap::new();
         for fact in store.scan(schema::PLACEMENTS).await?.facts {
             if let Ok(a) = schema::decode::<Assignment>(&fact)
@@ -94,9 +97,15 @@ impl ClusterStatus {
                         && !s.deleting
                 })
                 && unplaced == 0;
+            // Settled too: no rebalancing move in flight (an extra instance placed) or about to
+            // start (a suggestion the instance controller acts on).
+            let placed_now = placed.get(&spec.name).copied().unwrap_or(0);
+            let moving = placed_now > desired
+                || (moves.contains_key(&spec.name) && !spec.stateful && spec.update.max_extra > 0);
+            let converged = converged && !moving;
             let counted = counted.cloned().unwrap_or_default();
             services.push(ServiceRow {
-                placed: placed.get(&spec.name).copied().unwrap_or(0),
+                placed: placed_now,
                 name: spec.name,
                 desired,
                 running: counted.running,
