@@ -29,35 +29,3 @@ fn the_same_seed_gives_the_same_workload() {
     assert_eq!(Workload::generate(7, WINDOW), Workload::generate(7, WINDOW));
     assert_ne!(Workload::generate(7, WINDOW), Workload::generate(8, WINDOW));
 }
-
-#[test]
-fn print_one() {
-    println!("{}", Workload::generate(3, WINDOW));
-}
-
-#[test]
-#[ignore]
-fn debug_seed() {
-    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    let svc = std::env::var("SVC").unwrap();
-    let w = Workload::generate(seed, Duration::from_secs(60));
-    let mut sim = w
-        .builder()
-        .unwrap()
-        .faults(ccattler_testkit::sim::FaultRates::default())
-        .build();
-    sim.run_until(Duration::from_secs(200));
-    let snap = sim.snapshot().unwrap();
-    for i in snap.cluster().instances_of(&svc) {
-        println!(
-            "{} {:?} node {:?} alive {} obs {:?}",
-            i.id,
-            i.desired,
-            i.node,
-            i.node_alive,
-            i.observed.as_ref().map(|o| (o.state, o.ready))
-        );
-    }
-    println!("{}", snap.summary());
-    println!("{:?}", snap.gaps());
-}

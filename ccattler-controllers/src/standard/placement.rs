@@ -96,6 +96,7 @@ impl Controller for SchedulerController {
         vec![
             schema::PLACEMENTS.into(),
             schema::UNSCHEDULABLE.into(),
+            schema::PLACED.into(),
             schema::REBALANCE_MOVES.into(),
         ]
     }
@@ -185,6 +186,13 @@ fn plan(
     };
     for (instance, node) in &placements {
         let desired = &cluster.instances[*instance].desired;
+        // Beside the placement, the one key that guards where this instance goes: a view that
+        // missed its placement elsewhere (watches of different prefixes lag apart) holds an
+        // older revision of it, so this commit conflicts instead of placing it twice.
+        changes.push(Change::put(
+            schema::keys::placed(instance)?,
+            schema::encode(node),
+        ));
         changes.push(Change::put(
             schema::keys::placement(node, instance)?,
             schema::encode(&Assignment {
@@ -214,6 +222,15 @@ fn plan(
     }
     for key in cluster.orphan_placements() {
         changes.push(Change::delete(key.clone()));
+    }
+    // An instance's placed record goes with its placement (guarded like it): none is kept for
+    // an instance that has no placement.
+    for fact in facts.scan(schema::PLACED) {
+        let id = RecordKey::parse(&fact.key).and_then(|r| r.instance());
+        let placing = id.is_some_and(|id| placements.contains_key(id));
+        if !placing && !id.is_some_and(|id| cluster.placements.contains_key(id)) {
+            changes.push(Change::delete(fact.key.clone()));
+        }
     }
     Ok(())
 }

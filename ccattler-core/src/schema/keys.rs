@@ -78,6 +78,10 @@ pub fn service_status(service: &str) -> Result<Key, KeyError> {
 pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
     Key::join(UNSCHEDULABLE, [segment(id)?])
 }
+/// `status/placed/{id}`.
+pub fn placed(id: &str) -> Result<Key, KeyError> {
+    Key::join(PLACED, [segment(id)?])
+}
 /// `status/rebalance/{svc}`.
 pub fn rebalance(service: &str) -> Result<Key, KeyError> {
     Key::join(REBALANCE_MOVES, [service])
@@ -157,6 +161,8 @@ pub enum RecordKey<'k> {
     ServiceStatus(&'k str),
     /// `status/unschedulable/{id}`.
     Unschedulable(&'k str),
+    /// `status/placed/{id}`.
+    Placed(&'k str),
     /// `status/rebalance/{svc}`.
     Rebalance(&'k str),
     /// `runner/replica/{id}`.
@@ -218,6 +224,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::ServiceStatus(n)
         } else if key.starts_with(UNSCHEDULABLE) {
             RecordKey::Unschedulable(one(UNSCHEDULABLE)?)
+        } else if key.starts_with(PLACED) {
+            RecordKey::Placed(one(PLACED)?)
         } else if let Some(n) = name(REBALANCE_MOVES) {
             RecordKey::Rebalance(n)
         } else if key.starts_with(REPLICAS) {
@@ -259,6 +267,7 @@ impl<'k> RecordKey<'k> {
             RecordKey::Endpoints(n) => endpoints(n),
             RecordKey::ServiceStatus(n) => service_status(n),
             RecordKey::Unschedulable(id) => unschedulable(id),
+            RecordKey::Placed(id) => placed(id),
             RecordKey::Rebalance(n) => rebalance(n),
             RecordKey::Replica(id) => replica(id),
             RecordKey::Event {
@@ -273,7 +282,9 @@ impl<'k> RecordKey<'k> {
     /// observation, an unschedulable reason).
     pub fn instance(&self) -> Option<&'k str> {
         match *self {
-            RecordKey::Instance(id) | RecordKey::Unschedulable(id) => Some(id),
+            RecordKey::Instance(id) | RecordKey::Unschedulable(id) | RecordKey::Placed(id) => {
+                Some(id)
+            }
             RecordKey::Placement { instance, .. }
             | RecordKey::ObservedInstance { instance, .. } => Some(instance),
             _ => None,
@@ -372,6 +383,7 @@ mod tests {
             RecordKey::Endpoints("team/web"),
             RecordKey::ServiceStatus("web"),
             RecordKey::Unschedulable("web-1"),
+            RecordKey::Placed("web-1"),
             RecordKey::Rebalance("web"),
             RecordKey::Replica("host-a:7420"),
         ];

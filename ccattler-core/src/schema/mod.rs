@@ -22,6 +22,7 @@
 //! | `endpoint/service/{svc}` | [`Endpoints`] | endpoint controller |
 //! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
 //! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
+//! | `status/placed/{id}` | the node the instance is placed on (a JSON string), beside its placement: one key guards where an instance goes, so a scheduler that missed a placement cannot add a second | scheduler |
 //! | `status/rebalance/{svc}` | [`RebalanceMove`] | scheduler |
 //! | `runner/commit/{controller}` | a commit marker: rewritten by every commit of the controller (see [`ControllerLoop::set_commit_marker`](crate::runner::ControllerLoop::set_commit_marker)) | the runner |
 //!
@@ -91,6 +92,11 @@ pub const SERVICE_ENDPOINTS: &str = "endpoint/service/";
 pub const SERVICE_STATUSES: &str = "status/service/";
 /// Prefix of [`Unschedulable`] reasons.
 pub const UNSCHEDULABLE: &str = "status/unschedulable/";
+/// Prefix of the scheduler's one record per placed instance (`status/placed/{id}`, the node's
+/// name as a JSON string): written and deleted in the same commit as the instance's
+/// placement, so every change of an instance's placement is guarded by one key, whichever
+/// node the placement names.
+pub const PLACED: &str = "status/placed/";
 /// Prefix of [`RebalanceMove`]s.
 pub const REBALANCE_MOVES: &str = "status/rebalance/";
 /// Prefix of control-plane replicas (`runner/replica/{id}`): each running server keeps its own

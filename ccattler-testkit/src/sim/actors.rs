@@ -148,6 +148,8 @@ pub(crate) struct NodeActor {
     pub heard: ccattler_core::Revision,
     /// Instances its agent heard it must stop (placement stopped or gone), since when.
     pub told_to_stop: std::collections::BTreeMap<String, Duration>,
+    /// Until when its runtime answers with a stale observation (the stale-observation fault).
+    pub stale_until: Duration,
 }
 
 impl NodeActor {
@@ -167,6 +169,7 @@ impl NodeActor {
             wake: None,
             heard: ccattler_core::Revision::ZERO,
             told_to_stop: std::collections::BTreeMap::new(),
+            stale_until: Duration::ZERO,
         }
     }
 

@@ -58,8 +58,10 @@ pub const SILENT_LOSS_GRACE: Duration = Duration::from_secs(30);
 /// The agent decides at once (a pass follows every placement change; one observation in flight
 /// first, a few ms) and stops it on the instance's lane, behind at most the action in flight
 /// there (a probe, a few ms; a start in flight is waited for and not counted). A stale
-/// observation (the runtime answering with what it saw up to 5 s before) can hide the instance
-/// until the window ends and the next pass (1 s) sees it: 5 s + 1 s, and 1 s to spare.
+/// observation (the runtime answering with what it saw when the window began, 1 to 5 s at the
+/// default rates) can hide the instance until the window ends and the next pass (1 s) sees it:
+/// 5 s + 1 s, and 1 s to spare. A longer window (a schedule given by hand) extends the bound
+/// to its end plus 2 s.
 pub const STOP_BOUND: Duration = Duration::from_secs(7);
 
 /// One invariant of the cluster.

@@ -22,8 +22,9 @@ impl World {
                     fault.target,
                     |a| matches!(a, Actor::Node(n) if n.machine.is_some()),
                 );
-                if let Some(Actor::Node(n)) = node.map(|i| &self.actors[i]) {
+                if let Some(Actor::Node(n)) = node.map(|i| &mut self.actors[i]) {
                     n.runtime.faults().stale_observation();
+                    n.stale_until = n.stale_until.max(fault.end());
                     self.windows.push(Window {
                         kind: fault.kind,
                         actor: node,

@@ -13,6 +13,10 @@ use super::actors::Actor;
 use super::check::{Invariant, STOP_BOUND};
 use super::world::World;
 
+/// How long after a stale-observation window ends the agent sees and stops an instance the
+/// window hid: its next pass (1 s) and the stop, with a second to spare.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What an agent heard of one instance: it must stop (`true`) or run (`false`).
 pub(crate) type Heard = Vec<(String, bool)>;
 
@@ -102,6 +106,13 @@ impl World {
             };
             if node.machine.is_none() || node.told_to_stop.get(&id) != Some(&since) {
                 continue; // the machine went down, or the agent heard otherwise since
+            }
+            // A stale observation hides the instance until its window ends; then the next
+            // pass and the stop follow within STALE_AFTER.
+            let unhidden = node.stale_until + STALE_AFTER;
+            if node.stale_until > since && unhidden > self.now {
+                self.stops.due.insert((unhidden, actor, id, since));
+                continue;
             }
             let runs = node.runtime.state(&id).is_some_and(|s| !s.has_ended());
             if runs && !node.starting.contains_key(&id) {
