@@ -185,7 +185,13 @@ fn one_dead_node(c: &mut Criterion) {
                 },
                 |view| {
                     let changes = reconcile(&scheduler, &view);
-                    assert_eq!(changes.len(), PER_NODE, "each replacement placed");
+                    let placed = changes
+                        .iter()
+                        .filter(|c| c.key().as_str().starts_with(schema::PLACEMENTS))
+                        .count();
+                    // Each placement is written with its `status/placed/{id}` guard.
+                    assert_eq!(placed, PER_NODE, "each replacement placed");
+                    assert_eq!(changes.len(), 2 * PER_NODE, "each placement guarded");
                     changes
                 },
                 BatchSize::LargeInput,
