@@ -86,6 +86,7 @@ scenarios! {
     outdated_that_do_not_count_are_stopped => "018_outdated_that_do_not_count_are_stopped.txt",
     late_node_gets_its_share => "019_late_node_gets_its_share.txt",
     generic_facts_own_controller => "020_generic_facts_own_controller.txt" in toy_world(),
+    stateful_identity_waits_for_its_old_placement => "021_stateful_identity_waits_for_its_old_placement.txt",
 }
 
 /// A world whose only controller is the toy replica controller.

@@ -194,7 +194,8 @@ pub struct Cluster {
     reserved: OrdMap<String, (String, Usage)>,
     unplaced: OrdSet<String>,
     orphans: OrdSet<String>,
-    placement_keys: OrdMap<String, OrdMap<Key, (String, Revision)>>,
+    /// Every placement key of each instance id, with its node, mod revision and service.
+    placement_keys: OrdMap<String, OrdMap<Key, (String, Revision, String)>>,
     touched: std::collections::BTreeSet<String>,
 }
 
@@ -392,18 +393,28 @@ impl Cluster {
     /// Records or forgets the placement stored at `key` (on `node`, of instance `id`). Should an
     /// instance have several (a bug of the writer), the first by key counts.
     fn set_placement(&mut self, node: &str, id: &str, key: &Key, fact: Option<&Fact>) {
-        let assigned = fact.is_some() && self.decode::<Assignment>(key, fact).is_some();
+        let assigned = fact.and_then(|_| self.decode::<Assignment>(key, fact));
         let keys = self.placement_keys.entry(id.to_owned()).or_default();
-        if assigned {
-            let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
-            keys.insert(key.clone(), (node.to_owned(), revision));
-        } else {
-            keys.remove(key);
+        let service = match assigned {
+            Some(assignment) => {
+                let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+                keys.insert(
+                    key.clone(),
+                    (node.to_owned(), revision, assignment.service.clone()),
+                );
+                Some(assignment.service)
+            }
+            None => keys.remove(key).map(|(_, _, service)| service),
+        };
+        // A placement left of a deleted record holds its service back (a stateful identity
+        // waits for it), so its going touches the service too.
+        if let Some(service) = service {
+            self.touched.insert(service);
         }
         let chosen = keys
             .iter()
             .next()
-            .map(|(key, (node, revision))| (key.clone(), node.clone(), *revision));
+            .map(|(key, (node, revision, _))| (key.clone(), node.clone(), *revision));
         if keys.is_empty() {
             self.placement_keys.remove(id);
         }

@@ -7,11 +7,14 @@ use ccattler_core::schema::{
     self, DesiredInstance, DesiredState, EffectiveService, RebalanceMove, RestartPolicy,
     UpdatePolicy,
 };
-use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
+use ccattler_core::{
+    Change, Controller, FactView, Key, ReconcileContext, ReconcileError, Revision,
+};
 
 use super::cache::PlanCache;
 use super::cluster::{Instance, Standing};
 use super::events::instance_events;
+use imbl::OrdMap;
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///
@@ -122,6 +125,9 @@ use super::events::instance_events;
 /// pass issues nothing new. A stopped instance's record is deleted once it is gone: unplaced, or
 /// reported ended by its node's agent. Ids are `{service}-{16 hex digits}` from the context's id
 /// source (`/` in service names becomes `.`), or `{service}-{ordinal}` for stateful services.
+/// A stateful identity is created again only once the record and the placement of its previous
+/// incarnation are both deleted, so the new record never inherits the old placement (nor the
+/// agent's report of the old instance).
 #[derive(Debug, Default)]
 pub struct InstanceController {
     cache: PlanCache,
@@ -175,6 +181,7 @@ impl Controller for InstanceController {
                 update: spec.map(|s| s.update).unwrap_or_default(),
                 stateful: spec.is_some_and(|s| s.stateful),
                 instances: &instances,
+                placements: &cluster.placements,
             };
             let effective = cluster.effective.get(service);
             match effective {
@@ -206,6 +213,8 @@ struct ServicePlan<'a> {
     update: UpdatePolicy,
     stateful: bool,
     instances: &'a [&'a Instance],
+    /// Every placement by instance id, those left of deleted records among them.
+    placements: &'a OrdMap<String, (String, Key, Revision)>,
 }
 
 impl ServicePlan<'_> {
@@ -463,6 +472,11 @@ impl ServicePlan<'_> {
                 continue; // in use, or still stopping: the same identity waits for it
             }
             let id = format!("{}-{ordinal}", id_base(self.service));
+            if self.placements.contains_key(&id) {
+                // The previous incarnation's placement is not deleted yet: a new record now
+                // would take it over, with the agent's report of the old one.
+                continue;
+            }
             changes.push(Change::put(
                 schema::keys::instance(&id)?,
                 schema::encode(&DesiredInstance {

@@ -248,6 +248,9 @@ pub enum StopReason {
     /// A secret it reads from its environment changed (or a file could not be rewritten in
     /// place): it is started again at once with the new value.
     SecretChanged,
+    /// Its id was placed here anew (a stateful identity created again): this is the previous
+    /// incarnation, removed before the new one starts.
+    PlacedAnew,
 }
 
 impl StopReason {
@@ -259,6 +262,7 @@ impl StopReason {
             StopReason::Liveness => "liveness failed",
             StopReason::InitTimeout => "init step timed out",
             StopReason::SecretChanged => "secret changed",
+            StopReason::PlacedAnew => "placed anew",
         }
     }
 }

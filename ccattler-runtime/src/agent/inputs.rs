@@ -1,9 +1,9 @@
 //! The inputs of [`AgentLoop`]: each action's result, and the placement watch's events.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{self, Assignment, RecordKey, ServiceSpec};
-use ccattler_core::{EventKind, Fact, LeaseId, RuntimeError, StoreError, WatchEvent};
+use ccattler_core::{EventKind, Fact, LeaseId, Revision, RuntimeError, StoreError, WatchEvent};
 
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
@@ -49,25 +49,40 @@ impl AgentLoop {
         self.failures = 0;
         self.synced = true;
         self.work.forget_all_waiting();
-        self.desired.placements = listing
+        let placed: Vec<(Assignment, Revision)> = listing
             .placements
             .facts
             .iter()
-            .filter_map(|fact| schema::decode::<Assignment>(fact).ok())
-            .map(|a| (a.instance.clone(), a))
+            .filter_map(|fact| {
+                let assignment = schema::decode::<Assignment>(fact).ok()?;
+                Some((assignment, fact.create_revision))
+            })
             .collect();
         let node = self.config.node.as_str();
+        let mut reported_at = BTreeMap::new();
         self.reported = listing
             .observations
             .facts
             .into_iter()
             .filter_map(|fact| match RecordKey::parse(&fact.key) {
                 Some(RecordKey::ObservedInstance { node: n, instance }) if n == node => {
+                    reported_at.insert(instance.to_owned(), fact.mod_revision);
                     Some((instance.to_owned(), fact.value))
                 }
                 _ => None,
             })
             .collect();
+        self.desired.placements = BTreeMap::new();
+        for (assignment, created) in placed {
+            // A report written before its placement existed is an earlier incarnation's.
+            let older = reported_at
+                .get(&assignment.instance)
+                .is_some_and(|at| *at < created);
+            self.note_placed(&assignment.instance, created, older);
+            self.desired
+                .placements
+                .insert(assignment.instance.clone(), assignment);
+        }
         self.outbox.push_back(Action::Watch {
             prefix: self.placements_prefix(),
             from: listing.placements.revision.next(),
@@ -103,6 +118,7 @@ impl AgentLoop {
                 // What was queued for it was decided on the placement before: the next pass
                 // decides again (an action in flight finishes).
                 self.work.forget_waiting(&assignment.instance);
+                self.note_placed(&assignment.instance, event.fact.create_revision, false);
                 self.want(&assignment);
                 self.desired
                     .placements

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use ccattler_core::schema::{self, Assignment, keys};
-use ccattler_core::{EventRing, Key, LeaseId, Value};
+use ccattler_core::{EventRing, Key, LeaseId, Revision, Value};
 
 use super::action::{Action, Sample};
 use super::cache::Desired;
@@ -177,6 +177,9 @@ pub struct AgentLoop {
     pub(super) tracks: BTreeMap<String, Track>,
     /// Observation values as the store holds them (as far as the loop knows), by instance id.
     pub(super) reported: BTreeMap<String, Value>,
+    /// The create revision of each id's placement as last seen, kept while the runtime still
+    /// holds the id: a placement created again (another create revision) is a new incarnation.
+    pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
     pub(super) pass_wanted: bool,
     pub(super) next_pass: Duration,
@@ -222,6 +225,7 @@ impl AgentLoop {
             observed: BTreeMap::new(),
             tracks: BTreeMap::new(),
             reported: BTreeMap::new(),
+            placed_at: BTreeMap::new(),
             report_wanted: false,
             pass_wanted: true,
             next_pass: Duration::ZERO,
@@ -476,9 +480,28 @@ impl AgentLoop {
         self.missing_secrets.retain(|name| named.contains(name));
         let placements = &self.desired.placements;
         self.tracks.retain(|id, _| placements.contains_key(id));
+        let observed = &self.observed;
+        self.placed_at
+            .retain(|id, _| placements.contains_key(id) || observed.contains_key(id));
         self.save_cache();
         self.pass_wanted = true;
         self.report_wanted = true;
+    }
+
+    /// Records that `id`'s placement was created at `created`. Placed anew over an earlier
+    /// incarnation of the id (a create revision other than the one last seen, or `report_older`:
+    /// the store's report of the id is older than the placement), the id starts over: a new
+    /// track that removes what the runtime holds of it first, and a report written anew.
+    pub(super) fn note_placed(&mut self, id: &str, created: Revision, report_older: bool) {
+        let before = self.placed_at.insert(id.to_owned(), created);
+        if report_older || before.is_some_and(|before| before != created) {
+            let track = Track {
+                anew: true,
+                ..Track::default()
+            };
+            self.tracks.insert(id.to_owned(), track);
+            self.reported.remove(id);
+        }
     }
 
     pub(super) fn list_action(&self) -> Action {

@@ -770,3 +770,63 @@ fn a_slow_start_holds_back_only_its_own_instance() {
     step.advance(Duration::from_millis(300));
     assert!(running(&step, "s"));
 }
+
+/// A stateful identity created again on the node it ran on: the controllers delete its
+/// placement and place the id anew, and the agent may see both in one batch, with the
+/// previous incarnation still ended in the runtime. The new one starts over (init steps again,
+/// whatever the restart policy), and its reports are written anew even where they read as the
+/// old ones did, so the controllers, which ignore reports older than the record, hear of it.
+#[test]
+fn an_id_placed_anew_starts_over_and_is_reported_anew() {
+    let mut step = Step::new();
+    let mut db = service("db", &[]);
+    db.restart = RestartPolicy::Never;
+    db.init = vec![schema::InitStep::new("true")];
+    step.place("db-0", &db, DesiredState::Running);
+    step.advance(Duration::from_secs(1));
+    assert!(running(&step, "db-0"));
+    step.sim.faults().crash("db-0", 1);
+    step.advance(Duration::from_millis(200));
+    step.place("db-0", &db, DesiredState::Stopped);
+    step.advance(Duration::from_millis(200));
+    let ended = step.observation("db-0").expect("reported");
+    assert_eq!(
+        (ended.state, ended.stop_asked),
+        (ObservedState::Failed, true)
+    );
+
+    // Deleted and placed anew, asked to stop at once: the report reads as before, and is
+    // written anew.
+    step.unplace("db-0");
+    step.place("db-0", &db, DesiredState::Stopped);
+    let key = schema::keys::observed_instance(NODE, "db-0").expect("key");
+    let placed = schema::keys::placement(NODE, "db-0").expect("key");
+    let revision = |step: &Step, key: &ccattler_core::Key| {
+        step.store
+            .get(key)
+            .now_or_never()
+            .expect("ready")
+            .expect("get")
+            .map(|f| (f.create_revision, f.mod_revision))
+    };
+    let (created, _) = revision(&step, &placed).expect("placed");
+    step.advance(Duration::from_millis(200));
+    let (_, reported) = revision(&step, &key).expect("reported");
+    assert!(reported > created, "reported after the placement anew");
+
+    // Deleted and placed anew to run: the ended one is removed, the new one runs its init
+    // step and starts, under restart never.
+    step.unplace("db-0");
+    step.place("db-0", &db, DesiredState::Running);
+    step.advance(Duration::from_secs(1));
+    let removed = step.log.iter().filter(|(_, a)| a == "remove db-0").count();
+    assert_eq!(removed, 1, "the earlier one removed: {:?}", step.tail());
+    let seen = step.observation("db-0").expect("reported");
+    assert_eq!(
+        (seen.state, seen.init_done, seen.restarts),
+        (ObservedState::Running, 1, 0),
+        "{:?}",
+        step.tail()
+    );
+    assert_eq!(step.state("db-0"), Some(InstanceState::Running));
+}

@@ -43,6 +43,10 @@ pub(super) struct Track {
     pub condemned: Option<Duration>,
     /// A secret it uses changed: what the next pass does about it, if it runs.
     pub renew: Option<Renew>,
+    /// Placed anew over an earlier incarnation of its id (a stateful identity created again):
+    /// whatever the runtime holds of the id is that earlier instance, removed (stopped first,
+    /// should it run) before this one starts, and never reported as this one.
+    pub anew: bool,
 }
 
 /// How a running instance takes a changed secret.
@@ -111,6 +115,16 @@ impl AgentLoop {
             }
             let track = self.tracks.entry(id.to_owned()).or_default();
             track.waiting = None;
+            if track.anew {
+                match seen {
+                    Some(o) if o.state.has_ended() => self.work.push(id, remove(id)),
+                    Some(_) => self.work.push(id, stop(id, grace, StopReason::PlacedAnew)),
+                    None => track.anew = false,
+                }
+                if track.anew {
+                    continue;
+                }
+            }
             let Some(spec) = self
                 .desired
                 .specs

@@ -78,7 +78,11 @@ impl AgentLoop {
     fn observation(&self, id: &str, lease: LeaseId) -> InstanceObservation {
         let assignment = &self.desired.placements[id];
         let track = self.tracks.get(id);
-        let sample = self.observed.get(id);
+        // What the runtime holds of an id placed anew is its earlier incarnation's.
+        let sample = self
+            .observed
+            .get(id)
+            .filter(|_| !track.is_some_and(|t| t.anew));
         let seen = sample.map(|s| &s.instance);
         let spec = self.desired.spec_of(id);
         let mut report = InstanceObservation {

@@ -14,7 +14,8 @@
 //!   `running`, ready and healthy, at `{node}:{port}` (ports from 10000 up, per node, given once
 //!   per instance, so addresses never change);
 //! - a placed instance asked to stop that the agent still sees active (or never saw) is reported
-//!   `stopped`; ended instances stay as reported;
+//!   `stopped`; ended instances keep their state. Either way the report then says the stop
+//!   was seen ([`InstanceObservation::stop_asked`]), as the node agent's do;
 //! - an observation whose placement is gone is deleted (the agent removed the instance);
 //! - every report carries the node's registration in [`InstanceObservation::lease`], as the
 //!   node agent's carry its lease id: here the create revision of `lease/node/{node}` (the
@@ -89,7 +90,12 @@ impl World {
                 DesiredState::Stopped => {
                     self.held.remove(id);
                     match seen.clone() {
-                        Some(o) if !o.state.is_active() => None,
+                        Some(o) if !o.state.is_active() && o.stop_asked => None,
+                        // Ended before: now ended as asked (what frees a stateful identity).
+                        Some(o) if !o.state.is_active() => Some(InstanceObservation {
+                            stop_asked: true,
+                            ..o
+                        }),
                         seen => Some(stopped(node, &desired.service, seen)),
                     }
                 }
@@ -160,6 +166,7 @@ fn stopped(node: &str, service: &str, seen: Option<InstanceObservation>) -> Inst
         address: None,
         ready: false,
         health: Health::Unknown,
+        stop_asked: true,
         ..base
     }
 }

@@ -100,6 +100,14 @@ impl Summary {
         self.runs.iter().filter(|r| !r.passed)
     }
 
+    /// Each failed run's explanation (its seed, what failed, the trace's last lines), in seed
+    /// order; empty when every run passed.
+    pub fn failures(&self) -> Vec<String> {
+        self.failed()
+            .filter_map(|run| run.explanation.clone())
+            .collect()
+    }
+
     /// Whether every run passed.
     pub fn passed(&self) -> bool {
         self.runs.iter().all(|r| r.passed)

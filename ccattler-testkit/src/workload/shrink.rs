@@ -8,8 +8,23 @@ impl Workload {
     /// without one service (and the steps about it), with one service at half its instances,
     /// with one feature of one service taken out, with one node less (never below one). A
     /// shrinker tries them in order and keeps the first that still fails, until none does
-    /// (see [`sim::shrink`](crate::sim::shrink)).
+    /// (see [`sim::shrink`](crate::sim::shrink)). None of them leaves a broken version in
+    /// place at the end (a fix taken out without its broken version): such a workload cannot
+    /// converge, so it would "still fail" whatever the bug was.
     pub fn smaller(&self) -> Vec<Workload> {
+        let mut out = self.candidates();
+        out.retain(Workload::ends_sound);
+        out
+    }
+
+    /// Whether every service declared at the end runs a version that can become ready.
+    fn ends_sound(&self) -> bool {
+        self.states()
+            .last()
+            .is_none_or(|(_, services)| services.iter().all(|s| !s.broken))
+    }
+
+    fn candidates(&self) -> Vec<Workload> {
         let mut out = Vec::new();
         for i in 0..self.steps.len() {
             let mut w = self.clone();
