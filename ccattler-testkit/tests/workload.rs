@@ -47,7 +47,10 @@ fn smaller_workloads_never_end_on_a_broken_version() {
     let mut with_broken = 0;
     for seed in 0..300 {
         let workload = Workload::generate(seed, WINDOW);
-        assert!(ends_sound(&workload), "seed {seed} ends broken:\n{workload}");
+        assert!(
+            ends_sound(&workload),
+            "seed {seed} ends broken:\n{workload}"
+        );
         if workload.broken_images().is_empty() {
             continue;
         }
@@ -67,9 +70,15 @@ fn every_feature_is_drawn_somewhere() {
     let features: [Feature; 14] = [
         ("stateful", |s| s.stateful),
         ("init steps", |s| !s.init.is_empty()),
-        ("startup probe", |s| s.probes.iter().any(|p| p.kind == "startup")),
-        ("liveness probe", |s| s.probes.iter().any(|p| p.kind == "liveness")),
-        ("readiness probe", |s| s.probes.iter().any(|p| p.kind == "readiness")),
+        ("startup probe", |s| {
+            s.probes.iter().any(|p| p.kind == "startup")
+        }),
+        ("liveness probe", |s| {
+            s.probes.iter().any(|p| p.kind == "liveness")
+        }),
+        ("readiness probe", |s| {
+            s.probes.iter().any(|p| p.kind == "readiness")
+        }),
         ("zone spread", |s| s.zone == Some(ZoneDraw::Spread)),
         ("zone", |s| matches!(s.zone, Some(ZoneDraw::In(_)))),
         ("require", |s| !s.require.is_empty()),
