@@ -220,15 +220,16 @@ fn plan(
             changes.push(Change::delete(fact.key.clone()));
         }
     }
-    // An instance's placed record goes with its placement, in the same commit (a lookup per
-    // orphan, never a scan of every placed record: a pass costs what changed).
     for key in cluster.orphan_placements() {
         changes.push(Change::delete(key.clone()));
-        if let Some(id) = RecordKey::parse(key).and_then(|r| r.instance()) {
-            let placed = schema::keys::placed(id)?;
-            if facts.get(placed.as_str()).is_some() {
-                changes.push(Change::delete(placed));
-            }
+    }
+    // An instance's placed record goes with its placement (guarded like it): none is kept for
+    // an instance that has no placement.
+    for fact in facts.scan(schema::PLACED) {
+        let id = RecordKey::parse(&fact.key).and_then(|r| r.instance());
+        let placing = id.is_some_and(|id| placements.contains_key(id));
+        if !placing && !id.is_some_and(|id| cluster.placements.contains_key(id)) {
+            changes.push(Change::delete(fact.key.clone()));
         }
     }
     Ok(())
