@@ -26,6 +26,18 @@ fn two_nodes(seed: u64) -> SimulationBuilder {
     )
 }
 
+/// `examples/chaos.cca` on 5 nodes of 2 cpu and 2 GiB, under every fault at the default rates.
+fn example_on_five_nodes() -> SimulationBuilder {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/chaos.cca"
+    ))
+    .expect("examples/chaos.cca");
+    Simulation::builder(desired(&text))
+        .nodes(5, Cpu::from_millis(2_000), Memory::from_bytes(2 << 30))
+        .faults(FaultRates::default())
+}
+
 #[test]
 fn a_fault_free_run_converges() {
     let report = two_nodes(1).duration(Duration::from_secs(5)).run();
@@ -52,15 +64,7 @@ fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
 /// `cca chaos examples/chaos.cca --nodes 5 --seeds 1000` runs the full thousand on demand.
 #[test]
 fn a_slice_of_three_hundred_seeds_converges_under_every_fault() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/chaos.cca"
-    ))
-    .expect("examples/chaos.cca");
-    let builder = Simulation::builder(desired(&text))
-        .nodes(5, Cpu::from_millis(2_000), Memory::from_bytes(2 << 30))
-        .faults(FaultRates::default());
-    let summary = Chaos::new(builder, 0..300).run(|_, _| {});
+    let summary = Chaos::new(example_on_five_nodes(), 0..300).run(|_, _| {});
     let failed = summary.failures();
     assert!(
         failed.is_empty(),
@@ -110,22 +114,11 @@ fn a_slice_of_generated_workloads_converges_under_every_fault() {
 /// replicas: a status left of a deleted service).
 #[test]
 fn seeds_that_found_bugs_pass() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/chaos.cca"
-    ))
-    .expect("examples/chaos.cca");
-    let example = Simulation::builder(desired(&text))
-        .nodes(5, Cpu::from_millis(2_000), Memory::from_bytes(2 << 30))
-        .faults(FaultRates::default());
-    let summary = Chaos::new(example, [70140, 197368]).run(|_, _| {});
+    let summary = Chaos::new(example_on_five_nodes(), [70140, 197368]).run(|_, _| {});
     let mut failed = summary.failures();
-    for replicas in [1, 3] {
-        let seeds: &[u64] = if replicas == 1 {
-            &[20, 1080, 1137, 150, 134272]
-        } else {
-            &[828695]
-        };
+    let generated_seeds: [(usize, &[u64]); 2] =
+        [(1, &[20, 1080, 1137, 150, 134272]), (3, &[828695])];
+    for (replicas, seeds) in generated_seeds {
         let generated = Chaos::generated(
             Duration::from_secs(60),
             move |builder| builder.faults(FaultRates::default()).replicas(replicas),
