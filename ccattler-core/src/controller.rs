@@ -216,10 +216,12 @@ impl ReconcileError {
 ///
 /// # Caveats
 ///
-/// A reconcile that returns more changes than the store takes in one transaction is committed in
-/// its first changes only; the runner then reconciles again on the updated view, and a
-/// level-triggered controller proposes the rest. Changes that must land together must therefore
-/// be returned first, and stay within the store's limit (128 on etcd).
+/// A reconcile that returns more changes than the store takes in one transaction (128 operations
+/// on etcd, the commit marker and the leader's fences among them) is committed in consecutive
+/// transactions in the order returned, each change still guarded by the revision of the view it
+/// was planned on; a conflict drops the rest, and the runner reconciles again. Readers may see
+/// the first transactions of such a pass before the rest: a pass whose changes must land
+/// together must fit in one transaction.
 ///
 /// ```
 /// use ccattler_core::{Change, Controller, FactView, Key, ReconcileContext, ReconcileError};

@@ -1,7 +1,6 @@
 //! [`InstanceController`]: keeps the right number of current-version instances of each service.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use ccattler_core::schema::{
     self, DesiredInstance, DesiredState, EffectiveService, RebalanceMove, RestartPolicy,
@@ -14,6 +13,7 @@ use ccattler_core::{
 use super::cache::PlanCache;
 use super::cluster::{Instance, Standing};
 use super::events::instance_events;
+use super::stop_order::stop_order;
 use imbl::OrdMap;
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
@@ -116,8 +116,9 @@ use imbl::OrdMap;
 ///
 /// Ended instances first, then unplaced, then not yet running (or of unknown state: stale),
 /// then running but not ready, then ready; within each group, instances on the node holding the
-/// most instances of the service first (so stopping also evens out the spread), then the
-/// highest id first.
+/// most instances of the service first, counted again after each pick (so stopping several
+/// also evens out the spread), then the highest ordinal, then the highest id. Taking the first
+/// k of n costs O((n + k) log n).
 ///
 /// # Guarantees
 ///
@@ -283,7 +284,7 @@ impl ServicePlan<'_> {
             let surplus = counted.len() - target;
             let waiting = counted.iter().any(|i| i.is_stale());
             let mut ready_left = ready(&counted);
-            for instance in self.stop_order(&counted).into_iter().take(surplus) {
+            for instance in stop_order(&counted, self.restart).take(surplus) {
                 if waiting && instance.is_stale() {
                     continue;
                 }
@@ -323,7 +324,7 @@ impl ServicePlan<'_> {
             .saturating_sub(finished)
             .saturating_sub(self.update.max_unavailable as usize);
         let mut available = ready(&present) + ready(&old_active);
-        for instance in self.stop_order(&old_active) {
+        for instance in stop_order(&old_active, self.restart) {
             if instance.is_ready() {
                 if available <= min_available {
                     continue;
@@ -490,53 +491,6 @@ impl ServicePlan<'_> {
             create -= 1;
         }
         Ok(())
-    }
-
-    /// `instances` in the documented stop order. The crowding of a node is counted again after
-    /// each pick, so stopping several instances evens the spread out rather than emptying the
-    /// most crowded node first. Costs O(n^2) for n instances of one service.
-    fn stop_order<'a>(&self, instances: &[&'a Instance]) -> Vec<&'a Instance> {
-        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
-        for instance in instances {
-            if let Some(node) = &instance.node {
-                *per_node.entry(node.as_str()).or_default() += 1;
-            }
-        }
-        let group = |i: &Instance| match i.standing(self.restart) {
-            Standing::Finished => 0,
-            _ if i.node.is_none() => 1,
-            _ if !i.is_running() => 2,
-            _ if !i.is_ready() => 3,
-            _ => 4,
-        };
-        let mut left: Vec<&'a Instance> = instances.to_vec();
-        let mut ordered = Vec::with_capacity(left.len());
-        while !left.is_empty() {
-            let key = |i: &&'a Instance| {
-                let crowd = i
-                    .node
-                    .as_deref()
-                    .and_then(|n| per_node.get(n))
-                    .copied()
-                    .unwrap_or(0);
-                let ordinal = i.desired.ordinal.unwrap_or(0);
-                (
-                    group(i),
-                    Reverse(crowd),
-                    Reverse(ordinal),
-                    Reverse(i.id.clone()),
-                )
-            };
-            let Some((index, _)) = left.iter().enumerate().min_by_key(|(_, i)| key(i)) else {
-                break;
-            };
-            let picked = left.swap_remove(index);
-            if let Some(count) = picked.node.as_deref().and_then(|n| per_node.get_mut(n)) {
-                *count = count.saturating_sub(1);
-            }
-            ordered.push(picked);
-        }
-        ordered
     }
 }
 

@@ -33,6 +33,7 @@ mod placement;
 mod schedule_cache;
 mod spread;
 mod status;
+mod stop_order;
 
 pub use cache::{ClusterCache, PlanCache};
 pub use cluster::{Cluster, Instance, Standing, Usage};

@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::batches::Batches;
 use super::step::{MARKER_VALUE, check_changes, commit_marker, error_chain};
 use super::{Backoff, LoopConfig};
 use crate::{
@@ -139,10 +140,15 @@ enum Resume {
 ///
 /// - **Coalescing.** Any number of events that arrive while the loop is busy, or before the driver
 ///   asks for the next action, lead to one reconcile.
-/// - **Guarded commits.** Every change is guarded by the mod revision the view had for its key
-///   (0 for a key the view does not hold), so a change to a key that moved since is a conflict, not
-///   a lost update. No-op changes (putting the value already held, deleting a missing key) are
-///   dropped before committing.
+/// - **Guarded commits.** Every change is guarded by the mod revision the reconciled view had for
+///   its key (0 for a key the view does not hold), so a change to a key that moved since is a
+///   conflict, not a lost update. No-op changes (putting the value already held, deleting a
+///   missing key) are dropped before committing. A pass with more changes than one transaction
+///   holds ([`set_max_changes`](Self::set_max_changes)) is committed in consecutive
+///   transactions, each with the guards of that view, its own commit marker rewrite and the
+///   fences; a conflict drops the rest of the pass (see `batches.rs` for why that is as safe as
+///   one transaction, and what atomicity it gives up). Its events are written after its
+///   changes.
 /// - **Read your writes.** After a commit at revision C the loop applies its own changes to the
 ///   view at C, so the next reconcile sees them even before the watch echoes them; echoes and any
 ///   event older than what the view holds for a key are ignored.
@@ -181,8 +187,10 @@ pub struct ControllerLoop {
     failures: u32,
     conflicts: u32,
     rng: crate::seeded::Seeded,
+    /// What is left to commit of the last reconcile.
+    batches: Batches,
+    /// The changes of the transaction being committed.
     in_flight: Vec<Change>,
-    truncated: bool,
     outbox: VecDeque<Action>,
     stats: LoopStats,
     marker: Option<Key>,
@@ -229,8 +237,8 @@ impl ControllerLoop {
             failures: 0,
             conflicts: 0,
             rng: crate::seeded::Seeded::new(seed),
+            batches: Batches::default(),
             in_flight: Vec::new(),
-            truncated: false,
             outbox: VecDeque::new(),
             stats: LoopStats::default(),
             marker: None,
@@ -310,7 +318,8 @@ impl ControllerLoop {
     /// Limits how many operations and compares beyond the changes' own go into one transaction:
     /// the store's op limit ([`StoreLimits::max_txn_ops`](crate::StoreLimits)). The loop keeps
     /// room for the commit marker and the fences. A reconcile that returns more changes than
-    /// fit is committed in its first changes, then the loop reconciles again.
+    /// fit is committed in consecutive transactions, each change guarded by the revision of
+    /// the view it was planned on (see "Guarded commits" above).
     pub fn set_max_changes(&mut self, max: usize) {
         self.max_changes = max.max(1);
     }
@@ -509,7 +518,7 @@ impl ControllerLoop {
             self.stats.rejected += 1;
             return self.fail(reason);
         }
-        let mut effective: Vec<Change> = changes
+        let effective: Vec<Change> = changes
             .into_iter()
             .filter(|change| !self.is_noop(change))
             .collect();
@@ -518,57 +527,32 @@ impl ControllerLoop {
             self.conflicts = 0;
             return self.finish_busy();
         }
-        let room = self
-            .max_changes
-            .saturating_sub(usize::from(self.marker.is_some()) + self.fences.len())
-            .max(1);
-        self.truncated = effective.len() > room;
-        effective.truncate(room);
-        let mut txn = Txn::new();
-        for change in &effective {
-            let held = self
-                .view
-                .get(change.key().as_str())
-                .map(|f| f.mod_revision)
-                .unwrap_or_default();
-            txn.compares
-                .push(Compare::mod_revision(change.key().clone(), held));
-            txn.then.push(match change {
-                Change::Put { key, value } => Op::put(key.clone(), value.clone()),
-                Change::Delete { key } => Op::delete(key.clone()),
-            });
-        }
-        if let Some(marker) = &self.marker {
-            let held = self
-                .view
-                .get(marker.as_str())
-                .map(|f| f.mod_revision)
-                .unwrap_or_default();
-            txn.compares
-                .push(Compare::mod_revision(marker.clone(), held));
-            txn.then.push(Op::put(marker.clone(), MARKER_VALUE));
-        }
-        self.add_events(&mut txn, events);
-        txn.compares.extend(self.fences.iter().cloned());
-        self.in_flight = effective;
+        self.batches = Batches::new(effective, &self.view, self.marker.as_ref());
+        self.add_events(events);
+        self.commit_next();
+    }
+
+    /// Hands out the next transaction of the pass (see [`Batches`] for why a pass larger than
+    /// the store's op limit may take several).
+    fn commit_next(&mut self) {
+        let (txn, changes) = self.batches.next_txn(self.max_changes, &self.fences);
+        self.in_flight = changes;
         self.phase = Phase::Committing;
         self.outbox.push_back(Action::Commit { txn });
     }
 
-    /// Adds the events' puts to `txn`, as room and the lease allow.
-    fn add_events(&mut self, txn: &mut Txn, events: Vec<Event>) {
+    /// Adds the events' puts to the pass, after its changes, as the lease allows.
+    fn add_events(&mut self, events: Vec<Event>) {
         let Some(sink) = &mut self.events else {
             self.stats.events_dropped += events.len() as u64;
             return;
         };
         for mut event in events {
-            let room = txn.then.len() + self.fences.len() < self.max_changes;
-            let lease = sink.lease.filter(|_| room);
-            let key = lease.map(|_| sink.ring.next_key(&event.object));
-            match (lease, key) {
+            let key = sink.lease.map(|_| sink.ring.next_key(&event.object));
+            match (sink.lease, key) {
                 (Some(lease), Some(Ok(key))) => {
                     event.source = sink.ring.writer().to_owned();
-                    txn.then.push(Op::Put {
+                    self.batches.push_event(Op::Put {
                         key,
                         value: crate::schema::encode(&event),
                         lease: Some(lease),
@@ -586,6 +570,10 @@ impl ControllerLoop {
             return;
         }
         let changes = std::mem::take(&mut self.in_flight);
+        if !matches!(&result, Ok(response) if response.succeeded) {
+            // What is left of the pass was planned on a view that is wrong now.
+            self.batches = Batches::default();
+        }
         match result {
             Ok(response) if response.succeeded => {
                 self.stats.commits += 1;
@@ -593,10 +581,12 @@ impl ControllerLoop {
                 self.failures = 0;
                 self.conflicts = 0;
                 self.apply_own(changes, response.revision);
-                if self.truncated {
-                    self.dirty = true;
+                self.batches.committed(response.revision);
+                if self.batches.is_done() {
+                    self.finish_busy();
+                } else {
+                    self.commit_next();
                 }
-                self.finish_busy();
             }
             Ok(_) if !self.fences.is_empty() => {
                 // A lost race, or a lost leadership: the fences alone tell.
@@ -659,6 +649,7 @@ impl ControllerLoop {
         self.stats.failures += 1;
         let retry_in = Backoff::restart_delay(&self.config, self.failures);
         self.in_flight.clear();
+        self.batches = Batches::default();
         self.phase = Phase::Waiting {
             until: self.now.saturating_add(retry_in),
             then: Resume::List,

@@ -356,34 +356,76 @@ fn a_watch_failure_during_a_reconcile_relists_after_it() {
 }
 
 #[test]
-fn more_changes_than_one_transaction_takes_are_committed_in_passes() {
-    let mut l = live_loop();
-    l.set_max_changes(2);
+fn more_changes_than_one_transaction_takes_are_committed_in_consecutive_transactions() {
+    let mut l = marked_loop();
+    l.set_max_changes(3);
+    expect_reconcile(&mut l);
     let all: Vec<Change> = (0..5)
         .map(|i| Change::put(key(&format!("out/{i}")), "v"))
         .collect();
+    l.reconciled(Ok(all));
+    // Meanwhile another writer moves a key of the pass: the view follows, the guard does not.
+    l.event(put_event("out/4", "theirs", 15));
     let mut revision = 20;
-    let mut committed = 0;
-    while let Some(Action::Reconcile { view }) = l.next_action() {
-        let missing: Vec<Change> = all
-            .iter()
-            .filter(|c| !view.contains(c.key().as_str()))
-            .cloned()
-            .collect();
-        l.reconciled(Ok(missing));
-        match l.next_action() {
-            Some(Action::Commit { txn }) => {
-                assert!(txn.then.len() <= 2);
-                committed += txn.then.len();
-                revision += 1;
-                l.committed(ok(revision));
-            }
-            None => break,
-            other => panic!("unexpected {other:?}"),
-        }
+    let mut txns = Vec::new();
+    while let Some(Action::Commit { txn }) = l.next_action() {
+        revision += 1;
+        txns.push(txn);
+        l.committed(ok(revision));
     }
-    assert_eq!(committed, 5);
-    assert_eq!(l.stats().commits, 3);
+    assert_eq!(
+        txns.len(),
+        3,
+        "two changes and the marker per transaction: {txns:?}"
+    );
+    assert_eq!(
+        l.stats().reconciles,
+        2,
+        "one reconcile for the whole pass, then one for the other writer's change"
+    );
+    assert_eq!(l.stats().changes, 5);
+    let guard = |txn: &crate::Txn, k: &str| {
+        txn.compares
+            .iter()
+            .find(|c| c.key.as_str() == k)
+            .map(|c| c.target.clone())
+    };
+    assert_eq!(
+        guard(&txns[0], "runner/commit/c"),
+        Some(CompareTarget::ModRevision(Revision(7)))
+    );
+    assert_eq!(
+        guard(&txns[2], "out/4"),
+        Some(CompareTarget::ModRevision(Revision::ZERO)),
+        "guarded by the reconciled view, not the live one"
+    );
+    assert_eq!(
+        guard(&txns[1], "runner/commit/c"),
+        Some(CompareTarget::ModRevision(Revision(21))),
+        "the marker is guarded by the pass's own transaction before"
+    );
+}
+
+#[test]
+fn a_conflict_drops_the_rest_of_a_pass() {
+    let mut l = live_loop();
+    l.set_max_changes(2);
+    expect_reconcile(&mut l);
+    let all: Vec<Change> = (0..4)
+        .map(|i| Change::put(key(&format!("out/{i}")), "v"))
+        .collect();
+    l.reconciled(Ok(all));
+    expect_commit(&mut l);
+    l.committed(ok(21));
+    expect_commit(&mut l);
+    l.committed(conflict());
+    assert!(l.next_action().is_none(), "waits for the conflict delay");
+    l.tick(Duration::from_secs(2));
+    let view = expect_reconcile(&mut l);
+    assert!(
+        view.contains("out/1") && !view.contains("out/2"),
+        "{view:?}"
+    );
 }
 
 #[test]

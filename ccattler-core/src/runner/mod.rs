@@ -28,6 +28,7 @@
 //! table of every metric, [`telemetry`](crate::telemetry).
 
 mod backoff;
+mod batches;
 mod election;
 mod election_inputs;
 mod election_io;

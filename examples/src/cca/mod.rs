@@ -44,6 +44,7 @@ pub mod remote;
 pub mod replica;
 pub mod server;
 pub mod shape;
+mod tally;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,318 @@
+//! The facts the cluster's status is made of, counted per service and kept current one change
+//! at a time.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ccattler_core::schema::{
+    self, Assignment, DesiredState, EffectiveService, RebalanceMove, ServiceSpec, ServiceStatus,
+    Unschedulable,
+};
+use ccattler_core::{EventKind, Fact, FactStore, Key, Revision, StoreError, WatchEvent};
+use serde::de::DeserializeOwned;
+
+use super::progress::{ClusterStatus, ServiceRow};
+
+/// The prefixes the status reads (disjoint: a key is under one at most).
+const PREFIXES: [&str; 7] = [
+    schema::DESIRED_SERVICES,
+    schema::EFFECTIVE_SERVICES,
+    schema::SERVICE_STATUSES,
+    schema::REBALANCE_MOVES,
+    schema::PLACEMENTS,
+    schema::UNSCHEDULABLE,
+    schema::NODE_LEASES,
+];
+
+/// Per prefix, the records that decode, and running placements and unplaced instances counted
+/// per service, so that [`status`](Tally::status) costs the services, not the facts.
+#[derive(Debug, Default)]
+pub(super) struct Tally {
+    /// Per prefix, the revision its facts were scanned at: a change at or before it is in.
+    scanned: BTreeMap<&'static str, Revision>,
+    specs: BTreeMap<Key, ServiceSpec>,
+    effective: BTreeMap<String, EffectiveService>,
+    status: BTreeMap<String, ServiceStatus>,
+    moves: BTreeMap<String, RebalanceMove>,
+    /// Placements meant to run, by key: their service.
+    placements: HashMap<Key, String>,
+    placed: BTreeMap<String, u32>,
+    /// Unplaced instances by key: their service and the scheduler's reason.
+    unplaced: HashMap<Key, (String, String)>,
+    /// Per service, each distinct reason and how many instances it holds back.
+    reasons: BTreeMap<String, BTreeMap<String, u32>>,
+    nodes: BTreeSet<Key>,
+}
+
+impl Tally {
+    /// Scans every prefix of the status once.
+    pub(super) async fn scan<S: FactStore>(store: &S) -> Result<Self, StoreError> {
+        let mut tally = Tally::default();
+        for prefix in PREFIXES {
+            let scan = store.scan(prefix).await?;
+            tally.scanned.insert(prefix, scan.revision);
+            for fact in &scan.facts {
+                tally.insert(prefix, fact);
+            }
+        }
+        Ok(tally)
+    }
+
+    /// Takes one change in. A change its prefix's scan already holds is ignored, so a watch
+    /// opened before the scans may replay older changes harmlessly.
+    pub(super) fn apply(&mut self, event: &WatchEvent) {
+        let Some(prefix) = PREFIXES.into_iter().find(|p| event.key().has_prefix(p)) else {
+            return;
+        };
+        if self
+            .scanned
+            .get(prefix)
+            .is_some_and(|&at| event.revision() <= at)
+        {
+            return;
+        }
+        self.remove(prefix, event.key());
+        if event.kind == EventKind::Put {
+            self.insert(prefix, &event.fact);
+        }
+    }
+
+    fn insert(&mut self, prefix: &'static str, fact: &Fact) {
+        let name = || fact.key.strip_prefix(prefix).unwrap_or_default().to_owned();
+        match prefix {
+            schema::DESIRED_SERVICES => {
+                if let Some(spec) = decoded::<ServiceSpec>(fact) {
+                    self.specs.insert(fact.key.clone(), spec);
+                }
+            }
+            schema::EFFECTIVE_SERVICES => {
+                if let Some(effective) = decoded(fact) {
+                    self.effective.insert(name(), effective);
+                }
+            }
+            schema::SERVICE_STATUSES => {
+                if let Some(status) = decoded(fact) {
+                    self.status.insert(name(), status);
+                }
+            }
+            schema::REBALANCE_MOVES => {
+                if let Some(suggested) = decoded(fact) {
+                    self.moves.insert(name(), suggested);
+                }
+            }
+            schema::PLACEMENTS => {
+                if let Some(a) = decoded::<Assignment>(fact)
+                    && a.state == DesiredState::Running
+                {
+                    *self.placed.entry(a.service.clone()).or_default() += 1;
+                    self.placements.insert(fact.key.clone(), a.service);
+                }
+            }
+            schema::UNSCHEDULABLE => {
+                if let Some(u) = decoded::<Unschedulable>(fact) {
+                    let reasons = self.reasons.entry(u.service.clone()).or_default();
+                    *reasons.entry(u.reason.clone()).or_default() += 1;
+                    self.unplaced
+                        .insert(fact.key.clone(), (u.service, u.reason));
+                }
+            }
+            _ => {
+                self.nodes.insert(fact.key.clone());
+            }
+        }
+    }
+
+    fn remove(&mut self, prefix: &'static str, key: &Key) {
+        let name = || key.strip_prefix(prefix).unwrap_or_default();
+        match prefix {
+            schema::DESIRED_SERVICES => {
+                self.specs.remove(key);
+            }
+            schema::EFFECTIVE_SERVICES => {
+                self.effective.remove(name());
+            }
+            schema::SERVICE_STATUSES => {
+                self.status.remove(name());
+            }
+            schema::REBALANCE_MOVES => {
+                self.moves.remove(name());
+            }
+            schema::PLACEMENTS => {
+                if let Some(service) = self.placements.remove(key) {
+                    count_down(&mut self.placed, &service);
+                }
+            }
+            schema::UNSCHEDULABLE => {
+                if let Some((service, reason)) = self.unplaced.remove(key)
+                    && let Some(reasons) = self.reasons.get_mut(&service)
+                {
+                    count_down(reasons, &reason);
+                    if reasons.is_empty() {
+                        self.reasons.remove(&service);
+                    }
+                }
+            }
+            _ => {
+                self.nodes.remove(key);
+            }
+        }
+    }
+
+    /// One row per declared service, in the order of their keys.
+    pub(super) fn status(&self) -> ClusterStatus {
+        let services = self.specs.values().map(|spec| self.row(spec)).collect();
+        ClusterStatus {
+            services,
+            nodes: self.nodes.len(),
+        }
+    }
+
+    fn row(&self, spec: &ServiceSpec) -> ServiceRow {
+        let resolved = self.effective.get(&spec.name);
+        let desired = resolved.map_or(spec.instances, |e| e.instances);
+        let counted = self.status.get(&spec.name);
+        let reasons = self.reasons.get(&spec.name);
+        let unplaced = reasons.map_or(0, |r| r.values().sum());
+        let converged = resolved.is_some()
+            && counted.is_some_and(|s| {
+                s.desired == desired
+                    && s.present == desired
+                    && s.running == desired
+                    && s.ready == desired
+                    && !s.deleting
+            })
+            && unplaced == 0;
+        // Settled too: no rebalancing move in flight (an extra instance placed) or about to
+        // start (a suggestion the instance controller acts on).
+        let placed = self.placed.get(&spec.name).copied().unwrap_or(0);
+        let moving = placed > desired
+            || (self.moves.contains_key(&spec.name) && !spec.stateful && spec.update.max_extra > 0);
+        let counted = counted.cloned().unwrap_or_default();
+        ServiceRow {
+            name: spec.name.clone(),
+            desired,
+            placed,
+            running: counted.running,
+            ready: counted.ready,
+            unplaced,
+            reasons: reasons
+                .into_iter()
+                .flat_map(|r| r.keys().cloned())
+                .collect(),
+            converged: converged && !moving,
+        }
+    }
+}
+
+/// The record, or `None` for a fact that does not decode (skipped, as a status read skips it).
+fn decoded<T: DeserializeOwned>(fact: &Fact) -> Option<T> {
+    schema::decode(fact).ok()
+}
+
+/// One less of `name`, forgetting it at zero.
+fn count_down(counts: &mut BTreeMap<String, u32>, name: &str) {
+    if let Some(count) = counts.get_mut(name) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            counts.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ccattler_core::schema::{ServiceSpec, keys};
+    use ccattler_store::MemoryStore;
+
+    use super::super::progress::StatusFollower;
+    use super::*;
+
+    fn spec(name: &str, instances: u32) -> Vec<u8> {
+        schema::encode(&ServiceSpec {
+            name: name.into(),
+            instances,
+            ..ServiceSpec::default()
+        })
+        .to_vec()
+    }
+
+    fn placed(service: &str, state: &str) -> Vec<u8> {
+        format!(r#"{{"instance":"i","service":"{service}","node":"n1","state":"{state}"}}"#)
+            .into_bytes()
+    }
+
+    fn unplaced(service: &str, reason: &str) -> Vec<u8> {
+        format!(r#"{{"service":"{service}","reason":"{reason}"}}"#).into_bytes()
+    }
+
+    /// Every change, followed one at a time, leaves the same status as a scan from scratch:
+    /// records replaced by ones of another service or reason, stopped placements, deletes,
+    /// facts that do not decode.
+    #[tokio::test]
+    async fn a_followed_status_is_the_status_read_afresh() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let store = MemoryStore::new();
+        store
+            .put(&keys::service("web")?, spec("web", 3).into())
+            .await?;
+        let mut follower = StatusFollower::new(&store).await?;
+        assert_eq!(follower.next().await?, ClusterStatus::read(&store).await?);
+        let steps: Vec<(Key, Option<Vec<u8>>)> = vec![
+            (keys::service("db")?, Some(spec("db", 1))),
+            (
+                keys::effective("web")?,
+                Some(br#"{"version":"v1","instances":2}"#.to_vec()),
+            ),
+            (
+                keys::placement("n1", "web-1")?,
+                Some(placed("web", "running")),
+            ),
+            (
+                keys::placement("n1", "web-2")?,
+                Some(placed("web", "running")),
+            ),
+            (
+                keys::placement("n1", "db-0")?,
+                Some(placed("db", "running")),
+            ),
+            (
+                keys::placement("n1", "web-2")?,
+                Some(placed("web", "stopped")),
+            ),
+            (
+                keys::unschedulable("web-3")?,
+                Some(unplaced("web", "no room")),
+            ),
+            (
+                keys::unschedulable("web-4")?,
+                Some(unplaced("web", "no room")),
+            ),
+            (
+                keys::unschedulable("web-4")?,
+                Some(unplaced("db", "no zone")),
+            ),
+            (keys::unschedulable("web-3")?, None),
+            (
+                keys::service_status("web")?,
+                Some(br#"{"desired":2,"present":2,"running":2,"ready":2}"#.to_vec()),
+            ),
+            (keys::node_lease("n1")?, Some(b"{}".to_vec())),
+            (keys::placement("n1", "db-0")?, Some(b"not json".to_vec())),
+            (keys::placement("n1", "web-1")?, None),
+            (keys::service("db")?, None),
+            (keys::node_lease("n1")?, None),
+        ];
+        for (key, value) in steps {
+            match value {
+                Some(value) => drop(store.put(&key, value.into()).await?),
+                None => drop(store.delete(&key).await?),
+            }
+            let followed = follower.next().await?;
+            assert_eq!(
+                followed,
+                ClusterStatus::read(&store).await?,
+                "after {key:?}"
+            );
+        }
+        Ok(())
+    }
+}
