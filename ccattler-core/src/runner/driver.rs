@@ -82,13 +82,20 @@ impl<S: FactStore> Task<S> {
                             revision = %view.revision(),
                             facts = view.len()
                         );
-                        let _entered = span.enter();
-                        let started = Instant::now();
                         if let Some(leases) = &self.events_lease {
                             machine.set_events_lease(*leases.borrow());
                         }
-                        let mut ctx = ReconcileContext::new(SystemTime::now(), &mut ids);
-                        let step = super::reconcile(&*self.controller, &view, &mut ctx);
+                        let started = Instant::now();
+                        let pass = off_the_executor(Arc::clone(&self.controller), view, ids, span);
+                        let (step, returned) = tokio::select! {
+                            biased;
+                            _ = self.cancel.changed() => return Exit::Cancelled,
+                            done = pass => match done {
+                                Ok(done) => done,
+                                Err(err) => return Exit::Fatal(format!("the reconcile thread failed: {err}")),
+                            },
+                        };
+                        ids = returned;
                         metrics::counter!("ccattler_reconciles_total", "controller" => name.clone())
                             .increment(1);
                         metrics::histogram!(
@@ -179,6 +186,24 @@ impl<S: FactStore> Task<S> {
             }
         }
     }
+}
+
+/// Runs one reconcile on tokio's blocking pool, so that a long pass never holds an executor
+/// thread: lease renewals, agents' reports and watch deliveries sharing the runtime go on while
+/// it runs. The id source goes there and back (it is the loop's, and must advance in order).
+fn off_the_executor(
+    controller: Arc<dyn Controller>,
+    view: crate::FactView,
+    mut ids: RandomIds,
+    span: tracing::Span,
+) -> tokio::task::JoinHandle<(super::Reconciled, RandomIds)> {
+    tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        let mut ctx = ReconcileContext::new(SystemTime::now(), &mut ids);
+        let step = super::reconcile(&*controller, &view, &mut ctx);
+        drop(ctx);
+        (step, ids)
+    })
 }
 
 async fn list<S: FactStore>(store: &S, prefixes: &[String]) -> Result<Vec<Scan>, StoreError> {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::action::{Action, Lane};
 use super::cache::Cache;
+use super::cache_writer::CacheWriter;
 use super::local::{self, NodeSnapshot, PASS_DURATION};
 use super::machine::AgentLoop;
 use super::perform::{self, Outcome};
@@ -57,6 +58,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             source,
         })?;
         let node = self.config.node.clone();
+        let cache = CacheWriter::spawn(cache, node.clone());
         let mut machine = AgentLoop::new(self.config.clone(), desired);
         let origin = Instant::now();
         machine.set_epoch(std::time::SystemTime::now());
@@ -83,11 +85,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                             machine.watch_failed(err);
                         }
                     },
-                    Action::SaveCache { desired } => {
-                        if let Err(err) = cache.save(&desired) {
-                            tracing::warn!(node = %node, error = %err, path = %cache.path().display(), "cannot write the agent's cache");
-                        }
-                    }
+                    Action::SaveCache { desired } => cache.save(desired),
                     Action::Disconnected { reason, retry_in } => {
                         watch = None;
                         tracing::warn!(node = %node, retry_in = ?retry_in, "store unreachable, workloads keep running: {reason}");
@@ -160,7 +158,10 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             changed = true;
             tokio::select! {
                 biased;
-                () = &mut shutdown => return Ok(()),
+                () = &mut shutdown => {
+                    cache.close().await;
+                    return Ok(());
+                }
                 outcome = in_flight(&mut lease_op) => {
                     lease_op = None;
                     feed(&mut machine, outcome);

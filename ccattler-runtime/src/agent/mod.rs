@@ -51,6 +51,7 @@
 
 mod action;
 mod cache;
+mod cache_writer;
 mod config;
 mod driver;
 mod events;

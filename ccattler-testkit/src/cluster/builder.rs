@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ccattler_core::Controller;
 use ccattler_core::runner::LoopConfig;
 use ccattler_core::schema::{Cpu, Memory, NodeStatus};
 use ccattler_store::{MemoryConfig, MemoryStore};
@@ -88,6 +89,19 @@ pub struct ClusterBuilder {
     agents: AgentSettings,
     loop_config: LoopConfig,
     seed: u64,
+    controllers: Controllers,
+}
+
+/// Controllers a cluster runs beside the standard ones.
+#[derive(Clone, Default)]
+pub(super) struct Controllers(pub(super) Vec<Arc<dyn Controller>>);
+
+impl std::fmt::Debug for Controllers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|c| c.name()))
+            .finish()
+    }
 }
 
 impl Default for ClusterBuilder {
@@ -104,6 +118,7 @@ impl Default for ClusterBuilder {
             },
             loop_config: LoopConfig::default(),
             seed: 0,
+            controllers: Controllers::default(),
         }
     }
 }
@@ -196,6 +211,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// Runs `controller` too, beside the standard ones, on the same runner (and again on
+    /// every runner [`start_runner`](TestCluster::start_runner) starts).
+    pub fn controller(mut self, controller: impl Controller + 'static) -> Self {
+        self.controllers.0.push(Arc::new(controller));
+        self
+    }
+
     /// Seeds the runner's conflict jitter.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
@@ -232,6 +254,7 @@ impl ClusterBuilder {
         }
         let mut cluster =
             TestCluster::assemble(store, reaper, self.agents, self.loop_config, self.seed);
+        cluster.controllers = self.controllers;
         for node in nodes {
             cluster.add_node(node);
         }

@@ -78,6 +78,7 @@ mod runtime;
 mod snapshot;
 mod time;
 
+use builder::Controllers;
 pub use builder::{ClusterBuilder, NodeSpec};
 pub use snapshot::{Recording, Snapshot, WaitTimeout};
 pub use time::{REAPER_INTERVAL, TokioClock};
@@ -114,6 +115,7 @@ pub struct TestCluster {
     runs: u64,
     runner: Option<RunnerHandle>,
     nodes: BTreeMap<String, Node>,
+    controllers: Controllers,
 }
 
 #[derive(Debug)]
@@ -144,6 +146,7 @@ impl TestCluster {
             runs: 0,
             runner: None,
             nodes: BTreeMap::new(),
+            controllers: Controllers::default(),
         }
     }
 
@@ -262,7 +265,10 @@ impl TestCluster {
         let mut runner = TokioRunner::new(self.store.clone())
             .config(self.loop_config.clone())
             .seed(self.seed.wrapping_add(self.runs));
-        for controller in standard::all() {
+        for controller in standard::all()
+            .into_iter()
+            .chain(self.controllers.0.clone())
+        {
             runner = runner.controller_arc(controller);
         }
         let (stop, stopped) = oneshot::channel::<()>();
