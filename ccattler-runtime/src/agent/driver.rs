@@ -31,12 +31,16 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
     /// Runs until `shutdown` completes. Workloads keep running after it returns.
     ///
+    /// It builds no [`NodeSnapshot`] and so records none of the gauges a snapshot answers
+    /// (instances by state, ready, connected): a process that runs many agents (`cca dev`, a
+    /// test cluster) would pay for each and could not tell them apart in one set of gauges.
+    /// [`run_publishing`](Self::run_publishing) does both.
+    ///
     /// # Errors
     ///
     /// [`AgentError::Cache`] when the cache directory cannot be written at start.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
-        let (snapshots, _) = tokio::sync::watch::channel(NodeSnapshot::default());
-        self.run_publishing(shutdown, snapshots).await
+        self.drive(shutdown, None).await
     }
 
     /// Like [`run`](Self::run), and sends the node's [`NodeSnapshot`] to `snapshots` as it
@@ -50,6 +54,14 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
         self,
         shutdown: impl Future<Output = ()> + Send,
         snapshots: tokio::sync::watch::Sender<NodeSnapshot>,
+    ) -> Result<(), AgentError> {
+        self.drive(shutdown, Some(snapshots)).await
+    }
+
+    async fn drive(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+        snapshots: Option<tokio::sync::watch::Sender<NodeSnapshot>>,
     ) -> Result<(), AgentError> {
         let cache = Cache::new(&self.config.cache_dir);
         let desired = cache.load();
@@ -139,10 +151,11 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             {
                 metrics::histogram!(PASS_DURATION).record(began.elapsed().as_secs_f64());
             }
-            let publish_at =
-                changed.then(|| published.map_or_else(Instant::now, |at| at + PUBLISH_EVERY));
+            let publish_at = (changed && snapshots.is_some())
+                .then(|| published.map_or_else(Instant::now, |at| at + PUBLISH_EVERY));
             if let Some(at) = publish_at
                 && Instant::now() >= at
+                && let Some(snapshots) = &snapshots
             {
                 let snapshot = machine.snapshot();
                 snapshot.record();

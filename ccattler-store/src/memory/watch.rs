@@ -4,7 +4,7 @@
 //! push into queues; a reader takes only its queue lock while events are buffered, and the store's
 //! read lock (then its queue lock) when it must catch up from the history.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -98,15 +98,23 @@ impl Queue {
 #[derive(Debug)]
 struct Slot {
     id: u64,
-    prefix: Arc<str>,
     min_rev: u64,
     queue: Arc<Mutex<Queue>>,
 }
 
-/// Every watcher of one store.
+/// Every watcher of one store, indexed by prefix.
+///
+/// A write is offered only to the watchers whose prefix it is under, found by looking up the
+/// key's own prefixes of each length some watcher's prefix has: O(distinct prefix lengths +
+/// matching watchers) per event, not O(watchers). A thousand agents each watching
+/// `placement/{node}/` make four lengths, so a placement costs its one agent, not a thousand.
 #[derive(Debug, Default)]
 pub(crate) struct Watchers {
-    slots: Vec<Slot>,
+    by_prefix: HashMap<Arc<str>, Vec<Slot>>,
+    /// How many distinct prefixes of each length are watched.
+    lengths: BTreeMap<usize, usize>,
+    /// Each watcher's prefix, to unregister it.
+    prefixes: HashMap<u64, Arc<str>>,
     next_id: u64,
 }
 
@@ -133,12 +141,16 @@ impl Watchers {
             mode,
             waker: None,
         }));
-        self.slots.push(Slot {
+        let slots = self.by_prefix.entry(Arc::clone(&prefix)).or_default();
+        if slots.is_empty() {
+            *self.lengths.entry(prefix.len()).or_default() += 1;
+        }
+        slots.push(Slot {
             id,
-            prefix: Arc::clone(&prefix),
             min_rev,
             queue: Arc::clone(&queue),
         });
+        self.prefixes.insert(id, Arc::clone(&prefix));
         MemoryWatch {
             id,
             prefix,
@@ -150,35 +162,62 @@ impl Watchers {
 
     /// Forgets a watcher.
     fn unregister(&mut self, id: u64) {
-        if let Some(pos) = self.slots.iter().position(|slot| slot.id == id) {
-            self.slots.swap_remove(pos);
+        let Some(prefix) = self.prefixes.remove(&id) else {
+            return;
+        };
+        let Some(slots) = self.by_prefix.get_mut(&prefix) else {
+            return;
+        };
+        if let Some(pos) = slots.iter().position(|slot| slot.id == id) {
+            slots.swap_remove(pos);
+        }
+        if slots.is_empty() {
+            self.by_prefix.remove(&prefix);
+            if let Some(count) = self.lengths.get_mut(&prefix.len()) {
+                *count -= 1;
+                if *count == 0 {
+                    self.lengths.remove(&prefix.len());
+                }
+            }
         }
     }
 
     /// How many watchers are registered.
     pub(crate) fn len(&self) -> usize {
-        self.slots.len()
+        self.prefixes.len()
     }
 
     /// Offers a freshly committed event (history sequence number `seq`) to every matching
     /// watcher, collecting the wakers to wake once the store lock is released.
     pub(crate) fn notify(&self, event: &Arc<WatchEvent>, seq: u64, wake: &mut Vec<Waker>) {
         let rev = event.fact.mod_revision.0;
-        for slot in &self.slots {
-            if rev >= slot.min_rev
-                && event.fact.key.has_prefix(&slot.prefix)
-                && let Some(waker) = slot.queue.lock().offer(event, seq)
-            {
-                wake.push(waker);
+        let key = event.fact.key.as_str();
+        for &len in self.lengths.keys() {
+            let Some(prefix) = key.get(..len) else {
+                if len > key.len() {
+                    break; // lengths ascend: no longer prefix fits
+                }
+                continue; // not a character boundary of this key
+            };
+            for slot in self.by_prefix.get(prefix).into_iter().flatten() {
+                if rev >= slot.min_rev
+                    && let Some(waker) = slot.queue.lock().offer(event, seq)
+                {
+                    wake.push(waker);
+                }
             }
         }
+    }
+
+    fn slots(&self) -> impl Iterator<Item = &Slot> {
+        self.by_prefix.values().flatten()
     }
 }
 
 impl Drop for Watchers {
     /// The store is gone: every watch ends, after what it has buffered, with `Unavailable`.
     fn drop(&mut self) {
-        for slot in &self.slots {
+        for slot in self.slots() {
             let waker = {
                 let mut queue = slot.queue.lock();
                 if matches!(queue.mode, Mode::Live | Mode::Behind { .. }) {
@@ -467,6 +506,35 @@ mod tests {
         }
         let revs = reader.join().unwrap();
         assert_eq!(revs, (1..=100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn each_write_reaches_exactly_the_watchers_of_its_prefixes() {
+        let store = MemoryStore::new();
+        let prefixes = ["", "a", "a/", "a/b/", "b/", "数", "数据/", "a/"];
+        let mut watches: Vec<_> = prefixes
+            .iter()
+            .map(|p| block_on(store.watch(p, Revision::ZERO)).unwrap())
+            .collect();
+        let keys = ["a/b/c", "a/x", "ab", "b/1", "数据/web", "数x", "c"];
+        for k in keys {
+            put(&store, k, "1");
+        }
+        for (prefix, watch) in prefixes.iter().zip(&mut watches) {
+            let got: Vec<String> = drain(watch)
+                .iter()
+                .map(|e| e.key().as_str().to_owned())
+                .collect();
+            let want: Vec<&str> = keys.into_iter().filter(|k| k.starts_with(prefix)).collect();
+            assert_eq!(got, want, "watcher of {prefix:?}");
+        }
+        // One of two watchers of `a/` goes: the other still hears; the gone prefix length
+        // leaves the rest alone.
+        drop(watches.remove(2));
+        let _ = watches.remove(2); // `a/b/`, the only one of its length
+        put(&store, "a/b/d", "1");
+        assert_eq!(drain(&mut watches[5]).len(), 1, "the other watcher of a/");
+        assert_eq!(store_watchers(&store), 6);
     }
 
     #[test]
