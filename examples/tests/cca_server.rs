@@ -69,3 +69,63 @@ fn exercise(store_args: &[impl AsRef<std::ffi::OsStr>]) {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("401"));
     drop(server);
 }
+
+/// Fourteen agents enrolling at once from one address, more than the server's burst of ten:
+/// the server refuses some with "retry in N s", and each of those waits as told and enrolls,
+/// so every node registers; none exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_flood_from_one_address_is_admitted_by_retrying() {
+    use std::time::Duration;
+
+    use hyper::Method;
+    use processes::{api_client, enrollment_token, start_agent, wait_for};
+
+    const AGENTS: usize = 14;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let defaults: [&str; 0] = [];
+    let (server, url) = start_server(dir.path(), "127.0.0.1:0", &defaults, 1);
+    let mut children = Children(vec![server]);
+    let admin = admin_token(dir.path());
+    let tokens: Vec<String> = (0..AGENTS)
+        .map(|_| enrollment_token(&url, &admin))
+        .collect();
+    for (i, token) in tokens.iter().enumerate() {
+        let node = format!("n{i}");
+        let flags = ["--runtime", "sim", "--local-addr", "127.0.0.1:0"];
+        children
+            .0
+            .push(start_agent(dir.path(), &url, &node, token, &flags));
+    }
+    let client = api_client(&url, Some(&admin));
+    let (registered, took) = wait_for(
+        "every agent registered",
+        Duration::from_secs(60),
+        async || {
+            let answer = client
+                .json(Method::GET, "/state?prefix=lease/node/", "")
+                .await
+                .ok()?
+                .ok()?;
+            let count = answer["facts"].as_array().map_or(0, Vec::len);
+            (count == AGENTS).then_some(count)
+        },
+    )
+    .await;
+    eprintln!("{registered} agents registered in {took:?}");
+    for child in &mut children.0[1..] {
+        assert!(
+            child.try_wait().expect("the agent's state").is_none(),
+            "an agent exited"
+        );
+    }
+    let told_to_wait = (0..AGENTS)
+        .filter(|i| {
+            std::fs::read_to_string(dir.path().join(format!("agent-n{i}.log")))
+                .is_ok_and(|log| log.contains("asking again in"))
+        })
+        .count();
+    assert!(
+        told_to_wait > 0,
+        "no agent was refused: the flood did not exceed the limit"
+    );
+}

@@ -369,7 +369,10 @@ async fn credential(args: &AgentArgs, dir: &Path, servers: &[String]) -> Result<
 }
 
 /// Trades the one-time `enrollment` token for a credential at the first of `servers` that
-/// answers (enrollment tokens live in the shared store: any server redeems them).
+/// answers (enrollment tokens live in the shared store: any server redeems them). A server
+/// that answers "retry in N s" (too many enrollments at once) is asked again after that long
+/// and up to a second more (so that agents started together do not come back together), for
+/// as long as it says so: a refusal to retry is no reason to exit.
 async fn enroll(
     args: &AgentArgs,
     enrollment: &str,
@@ -382,18 +385,40 @@ async fn enroll(
             server: server.clone(),
             token: None,
         });
-        match client.json(Method::POST, "/api/enroll", body.clone()).await {
-            Ok(answer) => {
-                return answer
-                    .map_err(|failure| CliError::Api(format!("enrolling: {}", failure.message())));
+        loop {
+            match client.json(Method::POST, "/api/enroll", body.clone()).await {
+                Ok(Err(failure)) if failure.retry_after().is_some() => {
+                    let wait = failure.retry_after().unwrap_or_default() + spread_out();
+                    eprintln!(
+                        "cca agent: enrolling: {}; asking again in {:.1} s",
+                        failure.message(),
+                        wait.as_secs_f64()
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                Ok(answer) => {
+                    return answer.map_err(|failure| {
+                        CliError::Api(format!("enrolling: {}", failure.message()))
+                    });
+                }
+                Err(err) => {
+                    unreachable.push(err.to_string());
+                    break;
+                }
             }
-            Err(err) => unreachable.push(err.to_string()),
         }
     }
     Err(args.cannot_start(format!(
         "cannot enroll: no server answered ({}); start a server or check --server",
         unreachable.join("; ")
     )))
+}
+
+/// A random wait of up to a second.
+fn spread_out() -> Duration {
+    use rand::{Rng as _, SeedableRng as _};
+    let mut rng = rand::rngs::SmallRng::from_os_rng();
+    Duration::from_millis(rng.random_range(0..1_000))
 }
 
 #[cfg(test)]

@@ -63,6 +63,15 @@ impl Failure {
             .to_owned()
     }
 
+    /// How long the server asked the client to wait before trying again (a 429 or 503 with
+    /// `retry_after_secs`), if it did.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        let retryable = self.status == StatusCode::TOO_MANY_REQUESTS
+            || self.status == StatusCode::SERVICE_UNAVAILABLE;
+        let secs = self.body.get("retry_after_secs").and_then(Json::as_u64)?;
+        retryable.then(|| std::time::Duration::from_secs(secs))
+    }
+
     /// Into a command error.
     pub fn into_cli(self) -> CliError {
         CliError::Api(format!("{}: {}", self.status, self.message()))
