@@ -280,21 +280,32 @@ impl DevCluster {
 
     /// Stops the controllers and the agents, then every workload (see the module docs); returns
     /// how many instances were stopped.
+    ///
+    /// The controllers and the agents get [`STOP_BUDGET`] together to stop by themselves
+    /// (whatever the size of the cluster); those still running then are aborted where they
+    /// stand, which loses nothing the store or the workloads need: the workloads are stopped
+    /// next in any case.
     pub async fn shutdown(mut self) -> usize {
+        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
         if let Some((stop, task)) = self.runner.take() {
             let _ = stop.send(());
-            let _ = task.await;
+            tasks.push(task);
         }
-        let tasks: Vec<JoinHandle<()>> = self
-            .agents
-            .drain(..)
-            .map(|(stop, task)| {
-                let _ = stop.send(());
-                task
-            })
-            .collect();
-        for task in tasks {
-            let _ = task.await;
+        for (stop, task) in self.agents.drain(..) {
+            let _ = stop.send(());
+            tasks.push(task);
+        }
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        let stopped = tokio::time::timeout(STOP_BUDGET, async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        })
+        .await;
+        if stopped.is_err() {
+            for abort in aborts {
+                abort.abort();
+            }
         }
         let stopped = match &self.workloads {
             Workloads::Process(runtimes) => stop_all(runtimes, self.stop_grace).await,
@@ -308,6 +319,9 @@ impl DevCluster {
         stopped
     }
 }
+
+/// How long the controllers and the agents get to stop by themselves at shutdown.
+pub const STOP_BUDGET: Duration = Duration::from_secs(2);
 
 fn spawn_agent<R: Runtime>(
     store: &MemoryStore,

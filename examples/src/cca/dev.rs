@@ -116,7 +116,11 @@ pub fn run(args: &DevArgs) -> Result<ExitCode, CliError> {
         .enable_all()
         .build()
         .map_err(|err| CliError::Start(format!("the async runtime: {err}")))?;
-    runtime.block_on(dev(args, &file, &compiled))
+    let code = runtime.block_on(dev(args, &file, &compiled));
+    // A reconcile of a large cluster may still run on the blocking pool: its result is not
+    // needed, so the process does not wait for it.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    code
 }
 
 async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<ExitCode, CliError> {
