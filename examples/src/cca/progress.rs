@@ -132,7 +132,8 @@ pub struct StatusFollower<S: FactStore> {
 }
 
 impl<S: FactStore + Clone> StatusFollower<S> {
-    /// Starts following `store`. The first [`next`](Self::next) returns the status at once.
+    /// Starts following `store`. The first [`next`](Self::next) returns the status at once,
+    /// with whatever changes the watch already holds.
     ///
     /// # Errors
     ///
@@ -157,7 +158,14 @@ impl<S: FactStore + Clone> StatusFollower<S> {
     ///
     /// The store's error when a scan fails or the watch cannot be opened again.
     pub async fn next(&mut self) -> Result<ClusterStatus, StoreError> {
-        if !std::mem::take(&mut self.first) {
+        if std::mem::take(&mut self.first) {
+            // What changed since it started following, if anything, without waiting.
+            if let Some(watch) = self.watch.as_mut() {
+                while let Some(Some(Ok(event))) = watch.next().now_or_never() {
+                    self.tally.apply(&event);
+                }
+            }
+        } else {
             self.wait_for_change().await?;
         }
         Ok(self.tally.status())
