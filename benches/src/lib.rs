@@ -26,8 +26,18 @@ pub fn now<F: Future>(future: F) -> F::Output {
 
 /// The resident set size of this process in bytes, from `/proc/self/status`.
 pub fn resident_bytes() -> Option<u64> {
+    status_bytes("VmRSS:")
+}
+
+/// The peak resident set size of this process so far in bytes, from `/proc/self/status`.
+pub fn peak_resident_bytes() -> Option<u64> {
+    status_bytes("VmHWM:")
+}
+
+/// A size field of `/proc/self/status` (given in KiB there), in bytes.
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }

@@ -131,9 +131,11 @@ async fn a_killed_node_is_replaced_and_the_spread_evens_out_when_it_returns() {
     cluster.kill_node("n2").await;
     let failed_over = cluster
         .wait_until(WAIT, |s| {
+            // Status and endpoints are written by two controllers: wait for both.
             s.spread("web") == spread(&[("n1", 4)])
                 && s.status("web")
                     .is_some_and(|st| st.running == 4 && st.ready == 4)
+                && s.endpoints("web").is_some_and(|e| e.addresses.len() == 4)
         })
         .await
         .expect("n2's instances are replaced on n1");

@@ -99,7 +99,7 @@ async fn query_filters_on_value_fields() {
 #[tokio::test]
 async fn apply_with_errors_answers_every_diagnostic_and_applies_nothing() {
     let h = Harness::start().await;
-    let before = h.revision().await;
+    let before = h.settled().await;
     let bad = "service web {\n    image nginx\n    bogus 1\n}\nservice api {\n    instances 2\n}\n";
     let (status, answer) = call(&h.admin, "APPLY", "/config", bad).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -130,7 +130,7 @@ async fn dry_run_writes_nothing_and_prune_removes_undeclared() {
         StatusCode::OK
     );
     let only_web = "service web {\n    image nginx:1.28\n    instances 2\n}\n";
-    let before = h.revision().await;
+    let before = h.settled().await;
     let (_, plan) = call(
         &h.admin,
         "POST",

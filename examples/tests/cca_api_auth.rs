@@ -12,7 +12,7 @@ use serde_json::json;
 #[tokio::test]
 async fn missing_or_wrong_tokens_get_401_and_write_nothing() {
     let h = Harness::start().await;
-    let before = h.revision().await;
+    let before = h.settled().await;
     for client in [h.as_token(None), h.as_token(Some("cca_wrong"))] {
         assert_eq!(
             call(&client, "POST", "/config", DOC).await.0,
@@ -83,7 +83,7 @@ async fn enrollment_tokens_are_single_use_and_expire_and_node_credentials_stay_i
         let (status, answer) = call(&node, "PUT", &format!("/state/{own}"), "{}").await;
         assert_eq!(status, StatusCode::OK, "{own}: {answer}");
     }
-    let before = h.revision().await;
+    let before = h.settled().await;
     for other in [
         "observed/node/n2",
         "observed/instance/n2/i-1",
@@ -127,7 +127,7 @@ async fn enrollment_tokens_are_single_use_and_expire_and_node_credentials_stay_i
 async fn enrollment_attempts_are_rate_limited_per_address() {
     let h = Harness::start().await;
     let anonymous = h.as_token(None);
-    let before = h.revision().await;
+    let before = h.settled().await;
     let body = json!({"token": "cca_guess", "node": "n1"}).to_string();
     // The burst of 10 is refused for the bad token (401); the 11th for the rate (429).
     for attempt in 0..10 {

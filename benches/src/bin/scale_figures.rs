@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ccattler_benches::peak_resident_bytes;
 use ccattler_controllers::lang::SourceFile;
 use ccattler_core::schema::{self, Cpu, Memory};
 use ccattler_core::{EventKind, FactStore, Revision};
@@ -200,7 +201,7 @@ async fn measure(
     cluster.shutdown().await;
     figures.insert(
         "peak_mb".into(),
-        peak_bytes().unwrap_or_default() as f64 / 1e6,
+        peak_resident_bytes().unwrap_or_default() as f64 / 1e6,
     );
     Ok(figures)
 }
@@ -247,12 +248,4 @@ fn short(value: f64) -> String {
     } else {
         format!("{value:.2}")
     }
-}
-
-/// This process's peak resident set size in bytes, from `/proc/self/status`.
-fn peak_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

@@ -169,7 +169,8 @@ enum Resume {
 /// # Timing
 ///
 /// Failures (errors, panics, rejected changes, store errors) restart the loop (a fresh list)
-/// after [`LoopConfig::restart_delays`]; a successful reconcile resets that schedule. Conflicts
+/// after [`LoopConfig::restart_delays`]; a successful reconcile resets that schedule, and so
+/// does a successful list after a store error (the store answers again). Conflicts
 /// retry the reconcile after a jittered exponential delay, and list again after five in a row.
 /// Every [`LoopConfig::resync_interval`] the loop lists again.
 #[derive(Debug)]
@@ -185,6 +186,8 @@ pub struct ControllerLoop {
     now: Duration,
     next_resync: Duration,
     failures: u32,
+    /// Whether the last failure was the store's (see `fail_on_store`).
+    store_failed: bool,
     conflicts: u32,
     rng: crate::seeded::Seeded,
     /// What is left to commit of the last reconcile.
@@ -235,6 +238,7 @@ impl ControllerLoop {
             now: Duration::ZERO,
             next_resync: Duration::MAX,
             failures: 0,
+            store_failed: false,
             conflicts: 0,
             rng: crate::seeded::Seeded::new(seed),
             batches: Batches::default(),
@@ -413,6 +417,9 @@ impl ControllerLoop {
         }
         match result {
             Ok(scans) => {
+                if std::mem::take(&mut self.store_failed) {
+                    self.failures = 0;
+                }
                 let revision = scans.iter().map(|s| s.revision).max().unwrap_or_default();
                 let starts = self
                     .prefixes
@@ -428,7 +435,7 @@ impl ControllerLoop {
                 self.relist_after_busy = false;
                 self.next_resync = self.now.saturating_add(self.config.resync_interval);
             }
-            Err(err) => self.fail(format!("listing failed: {err}")),
+            Err(err) => self.fail_on_store(format!("listing failed: {err}")),
         }
     }
 
@@ -480,7 +487,7 @@ impl ControllerLoop {
                 if matches!(error, StoreError::Compacted { .. }) {
                     self.phase = Phase::NeedList;
                 } else {
-                    self.fail(format!("watch failed: {error}"));
+                    self.fail_on_store(format!("watch failed: {error}"));
                 }
             }
         }
@@ -599,7 +606,7 @@ impl ControllerLoop {
                 });
             }
             Ok(_) => self.conflicted(),
-            Err(err) => self.fail(format!("commit failed: {err}")),
+            Err(err) => self.fail_on_store(format!("commit failed: {err}")),
         }
     }
 
@@ -644,7 +651,17 @@ impl ControllerLoop {
         };
     }
 
+    /// A failure of the store (a list, a watch or a commit that could not be made): like
+    /// [`fail`](Self::fail), but the next list that succeeds starts the restart schedule over.
+    /// A store that answers again is not a reason to wait the schedule's longest delay: after
+    /// a flaky minute, the loop would otherwise sit out 30 s with the store well.
+    fn fail_on_store(&mut self, reason: String) {
+        self.fail(reason);
+        self.store_failed = true;
+    }
+
     fn fail(&mut self, reason: String) {
+        self.store_failed = false;
         self.failures = self.failures.saturating_add(1);
         self.stats.failures += 1;
         let retry_in = Backoff::restart_delay(&self.config, self.failures);

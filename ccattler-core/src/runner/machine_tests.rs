@@ -268,6 +268,38 @@ fn failures_restart_on_the_documented_schedule_and_success_resets_it() {
 }
 
 #[test]
+fn a_store_that_answers_again_starts_the_restart_schedule_over() {
+    let mut l = live_loop();
+    let mut now = Duration::ZERO;
+    let mut delays = Vec::new();
+    let mut wait = |l: &mut ControllerLoop, delays: &mut Vec<u128>| {
+        let (_, retry_in) = expect_failed(l);
+        delays.push(retry_in.as_millis());
+        now += retry_in;
+        l.tick(now);
+        assert!(matches!(l.next_action(), Some(Action::List { .. })));
+    };
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    expect_commit(&mut l);
+    l.committed(Err(StoreError::unavailable("overloaded")));
+    wait(&mut l, &mut delays);
+    for _ in 0..2 {
+        l.listed(Err(StoreError::unavailable("overloaded")));
+        wait(&mut l, &mut delays);
+    }
+    assert_eq!(delays, [100, 500, 1000], "a store down: the schedule grows");
+    l.listed(Ok(vec![Scan::default(), Scan::default()]));
+    assert!(matches!(l.next_action(), Some(Action::Watch { .. })));
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![Change::put(key("out/x"), "1")]));
+    expect_commit(&mut l);
+    l.committed(Err(StoreError::unavailable("overloaded")));
+    let (_, retry_in) = expect_failed(&mut l);
+    assert_eq!(retry_in, ms(100), "the store answered a list in between");
+}
+
+#[test]
 fn conflicts_retry_with_jittered_growing_delays_then_relist() {
     let mut l = live_loop();
     let mut now = Duration::ZERO;

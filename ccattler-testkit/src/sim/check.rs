@@ -161,10 +161,12 @@ pub(crate) struct Checker {
     effective_at: BTreeMap<String, Revision>,
     excess_since: BTreeMap<String, Duration>,
     endpoint_since: BTreeMap<String, Duration>,
-    /// Per service: the version in force, and whether all its instances were ready in it.
-    versions: BTreeMap<String, (String, bool)>,
-    /// Services in a rollout being watched (calm runs), by the version rolled out.
-    rollouts: BTreeMap<String, String>,
+    /// Per service: the version in force, and the count at which all its instances were last
+    /// seen ready in it.
+    versions: BTreeMap<String, (String, Option<usize>)>,
+    /// Services in a rollout being watched (calm runs): the version rolled out, and the count
+    /// in force when it began.
+    rollouts: BTreeMap<String, (String, usize)>,
     /// Services touched while the control plane was unreachable: judged once it is back.
     deferred: std::collections::BTreeSet<String>,
     /// When a controller's watch last lost an event without breaking.
@@ -340,25 +342,33 @@ impl Checker {
             }
         }
 
-        let (version, all_ready) = self
+        // A rollout is held to the floor only if it began with every instance ready at the
+        // count in force: right after a scale-up, the new instances are not ready yet, and a
+        // new version then does not take availability the service had.
+        let (version, all_ready_at) = self
             .versions
             .entry(service.to_owned())
-            .or_insert_with(|| (effective.version.clone(), false));
+            .or_insert_with(|| (effective.version.clone(), None));
         if *version != effective.version {
-            if *all_ready && calm {
+            if all_ready_at.is_some_and(|at| at >= count) && calm {
                 self.rollouts
-                    .insert(service.to_owned(), effective.version.clone());
+                    .insert(service.to_owned(), (effective.version.clone(), count));
             }
             *version = effective.version.clone();
-            *all_ready = false;
+            *all_ready_at = None;
         }
         if totals.current_ready >= count {
-            *all_ready = true;
+            *all_ready_at = Some(count);
         }
-        // The floor follows the count in force (a scale during the rollout moves it).
-        let floor = count.saturating_sub(update.max_unavailable as usize);
+        // The floor follows the count in force down (a scale-down during the rollout lowers
+        // it), but not up: instances added by a scale-up during the rollout are not ready at
+        // once, and no stop took that availability.
+        let started_at = self.rollouts.get(service).map_or(count, |(_, at)| *at);
+        let floor = count
+            .min(started_at)
+            .saturating_sub(update.max_unavailable as usize);
         match self.rollouts.get(service) {
-            Some(rolled) if !calm || *rolled != effective.version => {
+            Some((rolled, _)) if !calm || *rolled != effective.version => {
                 self.rollouts.remove(service);
             }
             Some(_) if totals.current_ready >= count => {
@@ -368,8 +378,10 @@ impl Checker {
                 return Some((
                     Invariant::RolloutAvailability,
                     format!(
-                        "{service} has {} ready instances during its rollout, below {count} - max_unavailable {} = {floor}",
-                        totals.ready, update.max_unavailable
+                        "{service} has {} ready instances during its rollout, below {} - max_unavailable {} = {floor}",
+                        totals.ready,
+                        count.min(started_at),
+                        update.max_unavailable
                     ),
                 ));
             }

@@ -66,6 +66,20 @@ impl Harness {
         self.store.revision().await.expect("revision").get()
     }
 
+    /// The store's revision once the controllers have done what the last write asks of them
+    /// (it stayed put for 300 ms): a later "nothing was written" compares with this.
+    pub(crate) async fn settled(&self) -> u64 {
+        let mut last = self.revision().await;
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let now = self.revision().await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
     pub(crate) async fn stop(self) {
         let _ = self.stop_runner.send(());
         self.server.shutdown().await;
