@@ -246,7 +246,24 @@ async fn replicas_fail_over_when_the_leader_is_revoked_or_killed() {
 /// collection, a stopped VM). Later reconciles write the same and do not wait.
 struct PausedWriter {
     entered: std::sync::mpsc::Sender<()>,
-    gate: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    /// Told when a reconcile is entered: the old leader's runtime then stops too.
+    freeze: std::sync::Arc<tokio::sync::Notify>,
+    gate: Gate,
+}
+
+/// Opened once by the test; whoever waits on it is held until then.
+type Gate = std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>;
+
+fn wait_for_gate(gate: &Gate) {
+    let (open, opened) = &**gate;
+    let mut open = open
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    while !*open {
+        open = opened
+            .wait(open)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
 }
 
 fn late_key() -> Key {
@@ -272,15 +289,8 @@ impl Controller for PausedWriter {
         _ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
         let _ = self.entered.send(());
-        let (open, opened) = &*self.gate;
-        let mut open = open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while !*open {
-            open = opened
-                .wait(open)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
+        self.freeze.notify_one();
+        wait_for_gate(&self.gate);
         Ok(vec![Change::put(late_key(), "web")])
     }
 }
@@ -299,23 +309,32 @@ fn a_paused_leaders_late_commit_is_rejected_by_the_runner_itself() {
         return;
     };
 
-    // The old leader runs on a runtime of its own with one thread: while its controller is
-    // held inside the reconcile, all of it is paused (the election's keep-alive included),
-    // like a stopped process.
+    // The old leader runs on a runtime of its own with one thread. Reconciles run off the
+    // runtime (on its blocking pool), so holding the controller inside one pauses nothing
+    // else; a task of the test then holds the runtime's one thread too, until the gate
+    // opens: all of the old leader is paused (the election's keep-alive included), like a
+    // stopped process.
     let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-    let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let gate: Gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let freeze = std::sync::Arc::new(tokio::sync::Notify::new());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = store.config().clone();
     let controller = PausedWriter {
         entered: entered_tx,
+        freeze: freeze.clone(),
         gate: gate.clone(),
     };
+    let frozen = gate.clone();
     let old = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a tokio runtime");
         runtime.block_on(async move {
+            tokio::spawn(async move {
+                freeze.notified().await;
+                wait_for_gate(&frozen);
+            });
             let store = EtcdStore::connect(config).await.expect("connect");
             let commits = FaultyStore::new(store.clone());
             let runner = TokioRunner::new(commits.clone())
