@@ -8,6 +8,7 @@
 //! written.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -17,23 +18,24 @@ use super::cache::{Cache, Desired};
 /// Writes an agent's cache in the background; see the module docs.
 #[derive(Debug)]
 pub(super) struct CacheWriter {
-    latest: watch::Sender<Option<Box<Desired>>>,
+    /// Shared, not copied: the writer takes the newest state without cloning it.
+    latest: watch::Sender<Option<Arc<Desired>>>,
     task: JoinHandle<()>,
 }
 
 impl CacheWriter {
     /// Starts writing to `cache` whatever [`save`](Self::save) is given, for node `node`.
     pub(super) fn spawn(cache: Cache, node: String) -> Self {
-        let (latest, mut wanted) = watch::channel(None::<Box<Desired>>);
+        let (latest, mut wanted) = watch::channel(None::<Arc<Desired>>);
         let path: PathBuf = cache.path().to_owned();
         let task = tokio::spawn(async move {
-            let cache = std::sync::Arc::new(cache);
+            let cache = Arc::new(cache);
             // Ends once the sender is dropped and its last value written.
             while wanted.changed().await.is_ok() {
                 let Some(desired) = wanted.borrow_and_update().clone() else {
                     continue;
                 };
-                let writer = std::sync::Arc::clone(&cache);
+                let writer = Arc::clone(&cache);
                 let saved = tokio::task::spawn_blocking(move || writer.save(&desired)).await;
                 match saved {
                     Ok(Ok(())) => {}
@@ -51,7 +53,7 @@ impl CacheWriter {
 
     /// Asks for `desired` to be written (replacing any state not written yet).
     pub(super) fn save(&self, desired: Box<Desired>) {
-        self.latest.send_replace(Some(desired));
+        self.latest.send_replace(Some(Arc::from(desired)));
     }
 
     /// Waits until the newest state asked for is written.

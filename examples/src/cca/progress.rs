@@ -160,11 +160,7 @@ impl<S: FactStore + Clone> StatusFollower<S> {
     pub async fn next(&mut self) -> Result<ClusterStatus, StoreError> {
         if std::mem::take(&mut self.first) {
             // What changed since it started following, if anything, without waiting.
-            if let Some(watch) = self.watch.as_mut() {
-                while let Some(Some(Ok(event))) = watch.next().now_or_never() {
-                    self.tally.apply(&event);
-                }
-            }
+            self.take_ready();
         } else {
             self.wait_for_change().await?;
         }
@@ -184,13 +180,29 @@ impl<S: FactStore + Clone> StatusFollower<S> {
             Some(Ok(event)) => {
                 self.tally.apply(&event);
                 // Take whatever else is already there: one status for the whole batch.
-                while let Some(Some(Ok(event))) = watch.next().now_or_never() {
-                    self.tally.apply(&event);
-                }
+                self.take_ready();
             }
             // A watch that fell behind or ended: scan again, watch again from the next change.
             Some(Err(_)) | None => self.watch = None,
         }
         Ok(())
+    }
+
+    /// Applies every change the watch already holds, without waiting. A watch that failed or
+    /// ended is dropped: the next wait scans again.
+    fn take_ready(&mut self) {
+        let Some(watch) = self.watch.as_mut() else {
+            return;
+        };
+        loop {
+            match watch.next().now_or_never() {
+                Some(Some(Ok(event))) => self.tally.apply(&event),
+                Some(Some(Err(_)) | None) => {
+                    self.watch = None;
+                    return;
+                }
+                None => return,
+            }
+        }
     }
 }

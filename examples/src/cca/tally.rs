@@ -301,6 +301,7 @@ mod tests {
             (keys::service("db")?, None),
             (keys::node_lease("n1")?, None),
         ];
+        let mut seen = Vec::new();
         for (key, value) in steps {
             match value {
                 Some(value) => drop(store.put(&key, value.into()).await?),
@@ -312,7 +313,47 @@ mod tests {
                 ClusterStatus::read(&store).await?,
                 "after {key:?}"
             );
+            seen.push(followed);
         }
+        // What the counts must be, written out (the fresh read shares the tally's code).
+        let row = |status: &ClusterStatus, name: &str| {
+            status.services.iter().find(|r| r.name == name).cloned()
+        };
+        let web = row(&seen[4], "web").expect("web");
+        assert_eq!((web.desired, web.placed), (2, 2), "two running placements");
+        assert_eq!(row(&seen[4], "db").map(|r| r.placed), Some(1));
+        assert_eq!(
+            row(&seen[5], "web").map(|r| r.placed),
+            Some(1),
+            "a stopped one"
+        );
+        let web = row(&seen[7], "web").expect("web");
+        assert_eq!(
+            (web.unplaced, web.reasons.clone()),
+            (2, vec!["no room".to_owned()])
+        );
+        assert_eq!(
+            row(&seen[8], "web").map(|r| r.unplaced),
+            Some(1),
+            "one moved to db"
+        );
+        assert_eq!(row(&seen[8], "db").map(|r| r.unplaced), Some(1));
+        assert_eq!(seen[11].nodes, 1);
+        let last = seen.last().expect("a status");
+        assert_eq!(last.services.len(), 1, "db deleted: {last:?}");
+        assert_eq!(last.nodes, 0);
+        let web = row(last, "web").expect("web");
+        assert_eq!(
+            (
+                web.desired,
+                web.placed,
+                web.running,
+                web.ready,
+                web.unplaced
+            ),
+            (2, 0, 2, 2, 0)
+        );
+        assert!(web.converged, "{web:?}");
         Ok(())
     }
 }
