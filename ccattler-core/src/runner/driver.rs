@@ -58,7 +58,20 @@ impl<S: FactStore> Task<S> {
                 match action {
                     Action::List { prefixes } => {
                         let listed = list(&self.store, &prefixes).await;
-                        machine.listed(listed);
+                        // Building a view of every listed fact (and dropping the one it
+                        // replaces) is work in proportion to the store: off the executor.
+                        let building = tokio::task::spawn_blocking(move || {
+                            machine.listed(listed);
+                            machine
+                        });
+                        machine = tokio::select! {
+                            biased;
+                            _ = self.cancel.changed() => return Exit::Cancelled,
+                            built = building => match built {
+                                Ok(machine) => machine,
+                                Err(err) => return Exit::Fatal(format!("the thread building the view failed: {err}")),
+                            },
+                        };
                     }
                     Action::Watch { starts } => {
                         watches = SelectAll::new();
@@ -85,9 +98,15 @@ impl<S: FactStore> Task<S> {
                         if let Some(leases) = &self.events_lease {
                             machine.set_events_lease(*leases.borrow());
                         }
-                        let started = Instant::now();
-                        let pass = off_the_executor(Arc::clone(&self.controller), view, ids, span);
-                        let (step, returned) = tokio::select! {
+                        let pass = off_the_executor(
+                            Arc::clone(&self.controller),
+                            machine,
+                            view,
+                            ids,
+                            span,
+                        );
+                        let took;
+                        (machine, ids, took) = tokio::select! {
                             biased;
                             _ = self.cancel.changed() => return Exit::Cancelled,
                             done = pass => match done {
@@ -95,15 +114,13 @@ impl<S: FactStore> Task<S> {
                                 Err(err) => return Exit::Fatal(format!("the reconcile thread failed: {err}")),
                             },
                         };
-                        ids = returned;
                         metrics::counter!("ccattler_reconciles_total", "controller" => name.clone())
                             .increment(1);
                         metrics::histogram!(
                             "ccattler_reconcile_duration_seconds",
                             "controller" => name.clone()
                         )
-                        .record(started.elapsed().as_secs_f64());
-                        machine.reconciled_with(step.result, step.events);
+                        .record(took.as_secs_f64());
                     }
                     Action::Commit { txn } => {
                         // The commit marker and the events are the runner's own writes, not
@@ -160,12 +177,18 @@ impl<S: FactStore> Task<S> {
                 _ = self.cancel.changed() => return Exit::Cancelled,
                 item = watches.next(), if !watches.is_empty() => {
                     let mut item = item;
-                    // Drain everything already delivered so a burst makes one reconcile.
+                    // Drain everything already delivered so a burst makes one reconcile, giving
+                    // the executor back between slices of a long burst.
+                    let mut drained = 0usize;
                     loop {
                         match item {
                             Some(Ok(event)) => {
                                 pending_events += 1;
                                 machine.event(event);
+                                drained += 1;
+                                if drained.is_multiple_of(DRAIN_SLICE) {
+                                    tokio::task::yield_now().await;
+                                }
                             }
                             Some(Err(err)) => {
                                 machine.watch_failed(err);
@@ -188,21 +211,31 @@ impl<S: FactStore> Task<S> {
     }
 }
 
-/// Runs one reconcile on tokio's blocking pool, so that a long pass never holds an executor
+/// How many watch events the driver applies before it lets other tasks run.
+const DRAIN_SLICE: usize = 256;
+
+/// Runs one reconcile on tokio's blocking pool and hands its result to the loop there, so that
+/// neither a long pass nor splitting a large one into guarded transactions holds an executor
 /// thread: lease renewals, agents' reports and watch deliveries sharing the runtime go on while
-/// it runs. The id source goes there and back (it is the loop's, and must advance in order).
+/// it runs. The loop and the id source go there and back (they are the task's, and the ids must
+/// advance in order); the reconcile's own duration comes back with them.
 fn off_the_executor(
     controller: Arc<dyn Controller>,
+    mut machine: ControllerLoop,
     view: crate::FactView,
     mut ids: RandomIds,
     span: tracing::Span,
-) -> tokio::task::JoinHandle<(super::Reconciled, RandomIds)> {
+) -> tokio::task::JoinHandle<(ControllerLoop, RandomIds, std::time::Duration)> {
     tokio::task::spawn_blocking(move || {
         let _entered = span.enter();
+        let started = Instant::now();
         let mut ctx = ReconcileContext::new(SystemTime::now(), &mut ids);
         let step = super::reconcile(&*controller, &view, &mut ctx);
         drop(ctx);
-        (step, ids)
+        drop(view);
+        let took = started.elapsed();
+        machine.reconciled_with(step.result, step.events);
+        (machine, ids, took)
     })
 }
 

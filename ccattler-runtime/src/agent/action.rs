@@ -14,15 +14,17 @@ use super::probe::ProbeKind;
 
 /// Where an action is performed. The driver performs every action the loop hands it at once,
 /// each on its own, concurrently with the others: the loop itself keeps at most one store
-/// action, one lease renewal and one observation in flight, and one runtime action per
-/// instance (up to [`AgentConfig::parallel_actions`](super::AgentConfig) instances at a time),
-/// so that a slow start (an image pull) never holds back another instance, the lease's
-/// renewal or the reports.
+/// action and one observation in flight, and one runtime action per instance (up to
+/// [`AgentConfig::parallel_actions`](super::AgentConfig) instances at a time), so that a slow
+/// start (an image pull) never holds back another instance or the reports. The lease is kept
+/// alive apart from all of them, on a schedule of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
     /// Talks to the store: register, list, watch, fetch, report.
     Store,
-    /// Renews the node's lease, beside any other store action.
+    /// Keeps the node's lease alive: a standing order, performed apart from every other action
+    /// and from the loop itself, so that no work of the agent (or of anything sharing its
+    /// runtime) delays a renewal.
     Lease,
     /// Talks to the runtime: observe, start, stop, remove, probe.
     Runtime,
@@ -74,10 +76,15 @@ pub enum Action {
         /// `secret/{name}` keys.
         keys: Vec<Key>,
     },
-    /// Keep `lease` alive. Report with [`renewed`](super::AgentLoop::renewed).
-    RenewLease {
+    /// Keep `lease` alive from now on: renew it every `every` until the loop disconnects
+    /// ([`Action::Disconnected`]) or asks to keep another lease, on a schedule of its own that
+    /// does not wait for the loop (see [`RenewOn`](super::RenewOn)). Report a renewal that failed
+    /// with [`renewed`](super::AgentLoop::renewed); one that succeeded needs no report.
+    KeepLease {
         /// The node's lease.
         lease: LeaseId,
+        /// How often to renew it: a third of its TTL.
+        every: Duration,
     },
     /// Write changed observations and delete those of instances no longer placed here, in
     /// transactions of at most the store's op limit. Report with
@@ -168,7 +175,7 @@ impl Action {
             | Action::FetchSpec { .. }
             | Action::FetchSecrets { .. }
             | Action::Report { .. } => Lane::Store,
-            Action::RenewLease { .. } => Lane::Lease,
+            Action::KeepLease { .. } => Lane::Lease,
             Action::Observe
             | Action::EnsureRunning { .. }
             | Action::EnsureStopped { .. }
@@ -195,7 +202,9 @@ impl fmt::Display for Action {
             Action::Watch { from, .. } => write!(f, "watch placements from {from}"),
             Action::FetchSpec { service, .. } => write!(f, "fetch spec {service}"),
             Action::FetchSecrets { keys } => write!(f, "fetch {} secrets", keys.len()),
-            Action::RenewLease { lease } => write!(f, "renew lease {lease}"),
+            Action::KeepLease { lease, every } => {
+                write!(f, "keep lease {lease} alive every {} ms", every.as_millis())
+            }
             Action::Report { puts, deletes, .. } => {
                 write!(f, "report")?;
                 let id = |key: &Key| {

@@ -7,6 +7,8 @@ use std::time::Duration;
 use ccattler_core::runner::{Backoff, LoopConfig};
 use ccattler_core::schema::{Cpu, Memory, NodeStatus};
 
+use super::RenewOn;
+
 /// Settings of a [`NodeAgent`](super::NodeAgent). `AgentConfig::new` reads the machine's
 /// capacity; every field can be overridden.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,9 @@ pub struct AgentConfig {
     pub cache_dir: PathBuf,
     /// TTL of the node's liveness lease. Default 10 s.
     pub lease_ttl: Duration,
+    /// Where the lease is renewed (every third of its TTL). Default
+    /// [`RenewOn::LivenessThread`]: a thread no other work runs on.
+    pub renew_on: RenewOn,
     /// How often the agent compares desired and observed state when nothing happens. Default 1 s.
     pub sync_interval: Duration,
     /// How often the agent lists its placements again, as a safety net against missed watch
@@ -77,6 +82,7 @@ impl AgentConfig {
             address: "127.0.0.1".to_owned(),
             cache_dir: cache_dir.into(),
             lease_ttl: Duration::from_secs(10),
+            renew_on: RenewOn::default(),
             sync_interval: Duration::from_secs(1),
             resync_interval: Duration::from_secs(30),
             secret_refresh_interval: Duration::from_secs(10),
@@ -150,6 +156,13 @@ impl AgentConfig {
     #[must_use]
     pub fn secret_refresh_interval(mut self, every: Duration) -> Self {
         self.secret_refresh_interval = every;
+        self
+    }
+
+    /// Sets where the lease is renewed.
+    #[must_use]
+    pub fn renew_on(mut self, on: RenewOn) -> Self {
+        self.renew_on = on;
         self
     }
 

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::action::{Action, Lane};
 use super::cache::Cache;
 use super::cache_writer::CacheWriter;
+use super::keeper::Keeper;
 use super::local::{self, NodeSnapshot, PASS_DURATION};
 use super::machine::AgentLoop;
 use super::perform::{self, Outcome};
@@ -78,7 +79,9 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
         let mut watch: Option<S::Watch> = None;
         // Every action runs on its own: the loop bounds how many of each kind are in flight.
         let mut store_op: Option<InFlight> = None;
-        let mut lease_op: Option<InFlight> = None;
+        // The lease is renewed by a keeper of its own, which reports only a renewal that failed.
+        let mut keeper: Option<Keeper> = None;
+        let (renewal_failed, mut renewal_failures) = tokio::sync::mpsc::unbounded_channel();
         let mut runtime_ops: FuturesUnordered<InFlight> = FuturesUnordered::new();
         // When the pass under way began, and when the snapshot was last published.
         let mut pass_began: Option<Instant> = None;
@@ -98,29 +101,30 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                         }
                     },
                     Action::SaveCache { desired } => cache.save(desired),
+                    Action::KeepLease { lease, every } => {
+                        let on = self.config.renew_on;
+                        let failed = renewal_failed.clone();
+                        keeper = Some(Keeper::start(&self.store, lease, every, on, failed));
+                    }
                     Action::Disconnected { reason, retry_in } => {
                         watch = None;
+                        keeper = None;
                         tracing::warn!(node = %node, retry_in = ?retry_in, "store unreachable, workloads keep running: {reason}");
                     }
                     Action::RuntimeFailed { reason } => {
                         tracing::warn!(node = %node, "{reason}");
                     }
-                    action if matches!(action.lane(), Lane::Store | Lane::Lease) => {
-                        let lane = action.lane();
+                    action if action.lane() == Lane::Store => {
                         let store = self.store.clone();
                         let (node, ttl) = (node.clone(), self.config.lease_ttl);
                         let operation = local::store_operation(&action);
-                        let op: InFlight = Box::pin(async move {
+                        store_op = Some(Box::pin(async move {
                             let outcome = perform::store_action(&store, &node, ttl, action).await;
                             if outcome.as_ref().and_then(Outcome::error).is_some() {
                                 local::store_error(operation);
                             }
                             outcome
-                        });
-                        match lane {
-                            Lane::Lease => lease_op = Some(op),
-                            _ => store_op = Some(op),
-                        }
+                        }));
                     }
                     action => {
                         let runtime = Arc::clone(&self.runtime);
@@ -172,12 +176,14 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
             tokio::select! {
                 biased;
                 () = &mut shutdown => {
+                    // Its renewals end with the agent: the node's lease runs out unless the
+                    // agent starts again within its TTL.
+                    drop(keeper);
                     cache.close().await;
                     return Ok(());
                 }
-                outcome = in_flight(&mut lease_op) => {
-                    lease_op = None;
-                    feed(&mut machine, outcome);
+                Some(outcome) = renewal_failures.recv() => {
+                    feed(&mut machine, Some(outcome));
                 }
                 outcome = in_flight(&mut store_op) => {
                     store_op = None;

@@ -25,6 +25,12 @@ impl AgentLoop {
                 self.desired.lease = Some(lease.0);
                 self.save_cache();
                 self.link = Link::Listing { lease };
+                // Kept alive from now on, on a schedule of its own: no pass, report or fetch
+                // of this loop can hold a renewal back.
+                self.outbox.push_back(Action::KeepLease {
+                    lease,
+                    every: self.config.lease_ttl / 3,
+                });
                 self.store_busy = Some(StoreOp::List);
                 let list = self.list_action();
                 self.outbox.push_back(list);
@@ -87,13 +93,8 @@ impl AgentLoop {
             prefix: self.placements_prefix(),
             from: listing.placements.revision.next(),
         });
-        let renew_at = match self.link {
-            Link::Live { renew_at, .. } => renew_at,
-            _ => self.now.saturating_add(self.config.lease_ttl / 3),
-        };
         self.link = Link::Live {
             lease,
-            renew_at,
             resync_at: self.now.saturating_add(self.config.resync_interval),
         };
         self.unavailable.clear();
@@ -258,27 +259,15 @@ impl AgentLoop {
         }
     }
 
-    /// The result of [`Action::RenewLease`]. A lease that expired, or a store that cannot be
-    /// reached, means registering again.
-    pub fn renewed(&mut self, result: Result<(), StoreError>) {
-        if !std::mem::take(&mut self.renewing) {
+    /// The result of one renewal of `lease`, the lease an [`Action::KeepLease`] keeps alive. A
+    /// lease that expired, or a store that cannot be reached, means registering again (resuming
+    /// the lease if it still lives); a result for a lease the node no longer holds is ignored.
+    pub fn renewed(&mut self, lease: LeaseId, result: Result<(), StoreError>) {
+        if self.lease() != Some(lease) {
             return;
         }
-        let Link::Live {
-            lease, resync_at, ..
-        } = self.link
-        else {
-            return;
-        };
-        match result {
-            Ok(()) => {
-                self.link = Link::Live {
-                    lease,
-                    renew_at: self.now.saturating_add(self.config.lease_ttl / 3),
-                    resync_at,
-                };
-            }
-            Err(err) => self.disconnect(format!("renewing the node's lease failed: {err}")),
+        if let Err(err) = result {
+            self.disconnect(format!("renewing the node's lease failed: {err}"));
         }
     }
 

@@ -110,7 +110,7 @@ pub(super) fn store_operation(action: &Action) -> &'static str {
         Action::Watch { .. } => "watch",
         Action::FetchSpec { .. } => "fetch_spec",
         Action::FetchSecrets { .. } => "fetch_secrets",
-        Action::RenewLease { .. } => "renew_lease",
+        Action::KeepLease { .. } => "renew_lease",
         Action::Report { .. } => "report",
         _ => "other",
     }

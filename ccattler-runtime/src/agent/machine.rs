@@ -44,13 +44,9 @@ pub(super) enum Link {
     Registering,
     /// Registered under `lease`; the list is in flight.
     Listing { lease: LeaseId },
-    /// Registered, listed and watching; renew the lease at `renew_at`, list again at
-    /// `resync_at`.
-    Live {
-        lease: LeaseId,
-        renew_at: Duration,
-        resync_at: Duration,
-    },
+    /// Registered, listed and watching under `lease` (kept alive by the driver since
+    /// [`Action::KeepLease`]); list again at `resync_at`.
+    Live { lease: LeaseId, resync_at: Duration },
 }
 
 /// The store action in flight, to match its result.
@@ -102,10 +98,13 @@ impl RuntimeOp {
 /// until `None`, then wait for a result, a watch event or [`deadline`](Self::deadline).
 ///
 /// The driver performs every action as soon as the loop hands it out, concurrently with those
-/// in flight; the loop bounds them ([`Lane`](super::Lane)): one store action, one lease renewal
-/// and one observation at a time, and one runtime action per instance, for up to
+/// in flight; the loop bounds them ([`Lane`](super::Lane)): one store action and one
+/// observation at a time, and one runtime action per instance, for up to
 /// [`AgentConfig::parallel_actions`] instances at once. A watch delivers events without holding
-/// the store lane.
+/// the store lane. The lease is not renewed by the loop: once registered, the loop hands out
+/// [`Action::KeepLease`], a standing order its driver performs on a schedule of its own, so that
+/// no pass, report or busy runtime can make the node's lease lapse while its process lives and
+/// its store answers.
 ///
 /// Every [`AgentConfig::resync_interval`] the loop lists its placements again, the safety net
 /// against a watch that lost an event without breaking.
@@ -164,9 +163,6 @@ pub struct AgentLoop {
     pub(super) link: Link,
     pub(super) failures: u32,
     pub(super) store_busy: Option<StoreOp>,
-    /// A lease renewal is in flight (it has a lane of its own: it never waits for other store
-    /// work).
-    pub(super) renewing: bool,
     /// The runtime actions, one lane per instance, and the observation in flight.
     pub(super) work: Work,
     /// Observe again to report what the actions did (once no observation is in flight).
@@ -219,7 +215,6 @@ impl AgentLoop {
             },
             failures: 0,
             store_busy: None,
-            renewing: false,
             report_observe: false,
             progress_at: Duration::ZERO,
             observed: BTreeMap::new(),
@@ -278,10 +273,6 @@ impl AgentLoop {
 
     /// The next time at which [`tick`](Self::tick) has work to do.
     pub fn deadline(&self) -> Option<Duration> {
-        let renew = match self.link {
-            Link::Live { renew_at, .. } if !self.renewing => Some(renew_at),
-            _ => None,
-        };
         // A busy store lane gets a result first, and the loop is asked again then.
         let link = match self.link {
             _ if self.store_busy.is_some() => None,
@@ -293,7 +284,7 @@ impl AgentLoop {
         let observing = self.work.observing().is_some();
         let pass = (!observing).then_some(self.next_pass);
         let progress = (!observing && self.work.starting()).then_some(self.progress_at);
-        [renew, link, pass, progress].into_iter().flatten().min()
+        [link, pass, progress].into_iter().flatten().min()
     }
 
     /// Time moved to `now` (monotonic, from the driver's origin).
@@ -315,29 +306,12 @@ impl AgentLoop {
                 desired: Box::new(self.desired.clone()),
             });
         }
-        if let Some(action) = self.lease_work() {
-            return Some(action);
-        }
         if self.store_busy.is_none()
             && let Some(action) = self.store_work()
         {
             return Some(action);
         }
         self.runtime_work()
-    }
-
-    /// The lease's renewal, when due: on a lane of its own, so that no other store action (a
-    /// large report, a slow fetch) holds it back.
-    fn lease_work(&mut self) -> Option<Action> {
-        match self.link {
-            Link::Live {
-                lease, renew_at, ..
-            } if !self.renewing && self.now >= renew_at => {
-                self.renewing = true;
-                Some(Action::RenewLease { lease })
-            }
-            _ => None,
-        }
     }
 
     fn store_work(&mut self) -> Option<Action> {

@@ -34,6 +34,15 @@ pub(super) struct Step {
     /// Instances whose start stays in flight until [`release`](Self::release): performed (the
     /// simulator shows them starting) but not answered.
     held: std::collections::BTreeMap<String, Option<perform::Outcome>>,
+    /// The lease a [`Action::KeepLease`] keeps: renewed every `every`, next at `due`.
+    kept: Option<Kept>,
+}
+
+/// A standing order to keep a lease alive, as the driver's keeper performs it.
+struct Kept {
+    lease: ccattler_core::LeaseId,
+    every: Duration,
+    due: Duration,
 }
 
 impl Step {
@@ -61,6 +70,7 @@ impl Step {
             store_down: false,
             log: Vec::new(),
             held: std::collections::BTreeMap::new(),
+            kept: None,
         }
     }
 
@@ -76,6 +86,7 @@ impl Step {
             let now = self.clock.now_duration();
             self.machine.tick(now);
             self.drain_watch();
+            self.renew_when_due(now);
             let Some(action) = self.machine.next_action() else {
                 return;
             };
@@ -101,7 +112,14 @@ impl Step {
                     Err(err) => self.machine.watch_failed(err),
                 }
             }
-            Action::Disconnected { .. } => self.watch = None,
+            Action::Disconnected { .. } => {
+                self.watch = None;
+                self.kept = None;
+            }
+            Action::KeepLease { lease, every } => {
+                let due = self.clock.now_duration() + every;
+                self.kept = Some(Kept { lease, every, due });
+            }
             Action::SaveCache { .. } | Action::RuntimeFailed { .. } => {}
             Action::EnsureRunning { spec } if self.held.contains_key(&spec.id) => {
                 self.sim.faults().slow_start(spec.id.clone());
@@ -127,6 +145,31 @@ impl Step {
                 .expect("a runtime action")
                 .feed(&mut self.machine),
         }
+    }
+
+    /// The keeper's renewal, when due: logged as `renew lease L`, answered by the store (or
+    /// failing while it is cut), a failure reported to the loop and ending the keeper.
+    fn renew_when_due(&mut self, now: Duration) {
+        let Some(kept) = self.kept.as_mut().filter(|k| now >= k.due) else {
+            return;
+        };
+        kept.due = now + kept.every;
+        let lease = kept.lease;
+        self.log.push((now, format!("renew lease {lease}")));
+        let outcome = if self.store_down {
+            perform::Outcome::Renewed {
+                lease,
+                result: Err(StoreError::unavailable("cut")),
+            }
+        } else {
+            perform::renew(&self.store, lease)
+                .now_or_never()
+                .expect("the memory store is ready at once")
+        };
+        if outcome.error().is_some() {
+            self.kept = None;
+        }
+        outcome.feed(&mut self.machine);
     }
 
     /// From now on, the start of `id` stays in flight until [`release`](Self::release).

@@ -56,6 +56,7 @@ mod config;
 mod driver;
 mod events;
 mod inputs;
+mod keeper;
 mod local;
 mod machine;
 #[cfg(test)]
@@ -73,6 +74,7 @@ mod work;
 pub use action::{Action, Lane, Listing, Sample, StopReason};
 pub use cache::{Cache, Desired};
 pub use config::AgentConfig;
+pub use keeper::RenewOn;
 pub use local::{NodeSnapshot, OBSERVED_STATES, state_name};
 pub use machine::{AgentLoop, AgentStats};
 pub use perform::Outcome;

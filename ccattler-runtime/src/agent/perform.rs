@@ -25,8 +25,13 @@ pub enum Outcome {
     FetchedSpec(Result<Option<Fact>, StoreError>),
     /// Of [`Action::FetchSecrets`].
     FetchedSecrets(Result<Vec<Option<Fact>>, StoreError>),
-    /// Of [`Action::RenewLease`].
-    Renewed(Result<(), StoreError>),
+    /// Of one renewal of the lease an [`Action::KeepLease`] keeps ([`renew`]).
+    Renewed {
+        /// The lease renewed.
+        lease: LeaseId,
+        /// What the store answered.
+        result: Result<(), StoreError>,
+    },
     /// Of [`Action::Report`].
     Reported(Result<(), StoreError>),
     /// Of [`Action::Observe`].
@@ -56,7 +61,7 @@ impl Outcome {
             Outcome::Listed(r) => machine.listed(r),
             Outcome::FetchedSpec(r) => machine.fetched_spec(r),
             Outcome::FetchedSecrets(r) => machine.fetched_secrets(r),
-            Outcome::Renewed(r) => machine.renewed(r),
+            Outcome::Renewed { lease, result } => machine.renewed(lease, result),
             Outcome::Reported(r) => machine.reported(r),
             Outcome::Observed(r) => machine.observed(r),
             Outcome::Done { id, result } => machine.done(&id, result),
@@ -69,7 +74,9 @@ impl Outcome {
         match self {
             Outcome::Registered(Err(e)) | Outcome::Listed(Err(e)) => Some(e.to_string()),
             Outcome::FetchedSpec(Err(e)) | Outcome::FetchedSecrets(Err(e)) => Some(e.to_string()),
-            Outcome::Renewed(Err(e)) | Outcome::Reported(Err(e)) => Some(e.to_string()),
+            Outcome::Renewed { result: Err(e), .. } | Outcome::Reported(Err(e)) => {
+                Some(e.to_string())
+            }
             Outcome::Observed(Err(e)) | Outcome::Done { result: Err(e), .. } => Some(e.to_string()),
             Outcome::Probed { result: Err(e), .. } => Some(e.clone()),
             _ => None,
@@ -77,10 +84,10 @@ impl Outcome {
     }
 }
 
-/// Performs a store action ([`Lane::Store`](super::Lane::Store) or
-/// [`Lane::Lease`](super::Lane::Lease), but not [`Action::Watch`], which the driver keeps as a
-/// stream). `lease_ttl` is the TTL of a newly granted lease; `node`
-/// the node's name. Returns `None` for any other action.
+/// Performs a store action ([`Lane::Store`](super::Lane::Store), but not [`Action::Watch`],
+/// which the driver keeps as a stream). `lease_ttl` is the TTL of a newly granted lease; `node`
+/// the node's name. Returns `None` for any other action ([`Action::KeepLease`] is a standing
+/// order: its driver calls [`renew`] on its own schedule).
 pub async fn store_action<S: FactStore>(
     store: &S,
     node: &str,
@@ -114,7 +121,6 @@ pub async fn store_action<S: FactStore>(
             }
             .await,
         ),
-        Action::RenewLease { lease } => Outcome::Renewed(store.keep_alive(lease).await.map(|_| ())),
         Action::Report {
             puts,
             deletes,
@@ -152,6 +158,12 @@ pub async fn store_action<S: FactStore>(
     })
 }
 
+/// One renewal of the lease an [`Action::KeepLease`] keeps.
+pub async fn renew<S: FactStore>(store: &S, lease: LeaseId) -> Outcome {
+    let result = store.keep_alive(lease).await.map(|_| ());
+    Outcome::Renewed { lease, result }
+}
+
 /// The outcome of store action `action` failing with `error`, as if the store had answered so:
 /// what a fault layer or a simulation feeds back for a store it makes fail. `None` for an action
 /// of another lane.
@@ -161,7 +173,6 @@ pub fn store_failure(action: &Action, error: StoreError) -> Option<Outcome> {
         Action::List { .. } => Outcome::Listed(Err(error)),
         Action::FetchSpec { .. } => Outcome::FetchedSpec(Err(error)),
         Action::FetchSecrets { .. } => Outcome::FetchedSecrets(Err(error)),
-        Action::RenewLease { .. } => Outcome::Renewed(Err(error)),
         Action::Report { .. } => Outcome::Reported(Err(error)),
         _ => return None,
     })

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccattler_runtime::agent::{AgentConfig, AgentError, NodeAgent};
+use ccattler_runtime::agent::{AgentConfig, AgentError, NodeAgent, RenewOn};
 use ccattler_runtime::simulator::SimulatorRuntime;
 use ccattler_store::MemoryStore;
 use tempfile::TempDir;
@@ -79,7 +79,10 @@ impl Node {
         if self.agent.is_some() {
             return;
         }
+        // The store's leases expire by tokio's clock, which a test may pause: the lease is
+        // renewed by that clock too, on the cluster's runtime.
         let config = AgentConfig::for_status(self.spec.status.clone(), self.cache.path())
+            .renew_on(RenewOn::AgentRuntime)
             .lease_ttl(settings.lease_ttl)
             .sync_interval(settings.sync_interval)
             .events(settings.events);

@@ -142,6 +142,10 @@ pub(crate) struct NodeActor {
     pub starting: std::collections::BTreeMap<String, agent::Outcome>,
     pub incarnation: u64,
     pub watch_generation: u64,
+    /// The lease its agent's keeper renews, and how often; `keeper` counts the keepers its
+    /// agents started, so that a renewal of an ended one is dropped.
+    pub kept: Option<(ccattler_core::LeaseId, Duration)>,
+    pub keeper: u64,
     pub wake: Option<Duration>,
     /// The newest store revision of its placements the agent has heard of (listed, or
     /// delivered by its watch): what it can know of the control plane's wishes.
@@ -166,6 +170,8 @@ impl NodeActor {
             starting: std::collections::BTreeMap::new(),
             incarnation: 0,
             watch_generation: 0,
+            kept: None,
+            keeper: 0,
             wake: None,
             heard: ccattler_core::Revision::ZERO,
             told_to_stop: std::collections::BTreeMap::new(),
@@ -378,9 +384,21 @@ impl World {
                 AgentAction::Disconnected { .. } => {
                     self.subs.close_actor(actor);
                     n.watch_generation += 1;
+                    n.kept = None;
+                    n.keeper += 1;
+                }
+                AgentAction::KeepLease { lease, every } => {
+                    n.kept = Some((lease, every));
+                    n.keeper += 1;
+                    let renew = Event::Renew {
+                        node: actor,
+                        incarnation: n.incarnation,
+                        keeper: n.keeper,
+                    };
+                    self.agenda.push(now + every, renew);
                 }
                 AgentAction::RuntimeFailed { .. } => {}
-                action if matches!(action.lane(), Lane::Store | Lane::Lease) => {
+                action if action.lane() == Lane::Store => {
                     self.send(actor, Request::Agent(action));
                 }
                 AgentAction::EnsureStopped { id, grace, reason } => {
@@ -465,6 +483,29 @@ impl World {
                 id,
             },
         );
+    }
+
+    /// A node's lease keeper is due: it sends one renewal (facing the network's delays and the
+    /// store's faults like any request) and is due again a period later, whatever its agent is
+    /// doing. A keeper its agent replaced or ended, or one of an earlier incarnation, is gone.
+    pub(crate) fn renew(&mut self, actor: usize, incarnation: u64, keeper: u64) {
+        let now = self.now;
+        let Actor::Node(n) = &mut self.actors[actor] else {
+            return;
+        };
+        let current = n.machine.is_some() && n.incarnation == incarnation && n.keeper == keeper;
+        let Some((lease, every)) = n.kept.filter(|_| current) else {
+            return;
+        };
+        let name = n.name.clone();
+        self.trace.line(now, &name, format!("renew lease {lease}"));
+        let next = Event::Renew {
+            node: actor,
+            incarnation,
+            keeper,
+        };
+        self.agenda.push(now + every, next);
+        self.send(actor, Request::Renew(lease));
     }
 
     /// A slow start is over: the instance runs (or exits), and its agent hears of it.

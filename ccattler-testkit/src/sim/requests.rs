@@ -84,6 +84,10 @@ impl World {
                     Some(outcome) => Input::Agent(outcome),
                     None => return,
                 },
+                Request::Renew(lease) => Input::Agent(agent::Outcome::Renewed {
+                    lease,
+                    result: Err(error),
+                }),
                 Request::Election(action) => match ElectionOutcome::failed(&action, error) {
                     Some(outcome) => Input::Election(outcome),
                     None => return,
@@ -143,6 +147,12 @@ impl World {
                         .now_or_never()
                         .flatten()
                     {
+                        Some(outcome) => Input::Agent(outcome),
+                        None => return,
+                    }
+                }
+                Request::Renew(lease) => {
+                    match agent::perform::renew(&self.store, lease).now_or_never() {
                         Some(outcome) => Input::Agent(outcome),
                         None => return,
                     }

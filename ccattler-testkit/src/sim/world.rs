@@ -35,6 +35,8 @@ pub(crate) enum Request {
     CheckFences(Txn),
     /// An agent's store action.
     Agent(AgentAction),
+    /// One renewal of the lease an agent's keeper keeps.
+    Renew(ccattler_core::LeaseId),
     /// A replica's election request.
     Election(ElectionAction),
 }
@@ -89,6 +91,13 @@ pub(crate) enum Event {
     NodeReturns { node: usize, wipe: bool },
     /// A node's runtime tells the truth again after a stale observation.
     FreshObservation(usize),
+    /// A node's lease keeper renews (a standing order of its agent, kept on a schedule of its
+    /// own: the agent's work never delays it), if `keeper` is still the one its agent runs.
+    Renew {
+        node: usize,
+        incarnation: u64,
+        keeper: u64,
+    },
     /// A slow start on a node is over: the instance runs (or exits), and the agent of that
     /// incarnation hears of it.
     Started {
@@ -265,6 +274,11 @@ impl World {
             Event::Boot(node) => self.boot(node),
             Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
             Event::FreshObservation(node) => self.fresh_observation(node),
+            Event::Renew {
+                node,
+                incarnation,
+                keeper,
+            } => self.renew(node, incarnation, keeper),
             Event::Started {
                 node,
                 incarnation,
