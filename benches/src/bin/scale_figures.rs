@@ -128,7 +128,7 @@ async fn measure(
         ..DevConfig::default()
     })
     .await?;
-    cluster.wait_for_nodes(Duration::from_secs(60)).await?;
+    cluster.wait_for_nodes(Duration::from_secs(120)).await?;
     let store = cluster.store().clone();
     let lapses = Arc::new(AtomicU64::new(0));
     let mut leases = store.watch(schema::NODE_LEASES, Revision::ZERO).await?;

@@ -36,8 +36,13 @@
 //! - **Messages.** A request to the store (a list, a commit, an agent's registration, fetch,
 //!   renewal or report) takes 1 to 5 ms to arrive, is executed on arrival, and its answer takes
 //!   1 to 5 ms back. A watch event takes 1 to 5 ms to reach its watcher, never overtaking the
-//!   one before it. A watch is opened at once.
-//! - **Work.** A reconcile takes 1 ms; a runtime operation 1 to 5 ms; a start, as long as
+//!   one before it. A watch is opened at once. An agent's lease is renewed every third of its
+//!   TTL on a schedule of its own (as its keeper does), whatever the agent is doing.
+//! - **Work.** A reconcile takes 1 ms plus [`COST_PER_FACT`] per fact of the view it reads and
+//!   [`COST_PER_CHANGE`] per change it proposes (a model of its real cost, so that a pass over a
+//!   large view keeps its controller busy as long as it would in a process; the run's
+//!   [`Compute`] holds what was charged beside the real time the reconciles took); an agent's
+//!   own pass costs nothing; a runtime operation 1 to 5 ms; a start, as long as
 //!   [`start_delay`](SimulationBuilder::start_delay) or
 //!   [`slow_image`](SimulationBuilder::slow_image) says (none by default), during which the
 //!   agent's start of that instance is in flight and its other instances go on.
@@ -96,14 +101,14 @@ mod tally;
 mod trace;
 mod world;
 
-pub use actors::EPOCH;
+pub use actors::{COST_PER_CHANGE, COST_PER_FACT, EPOCH};
 pub use chaos::{Chaos, Run, Summary};
 pub use check::{
     ENDPOINT_GRACE, EXCESS_GRACE, Invariant, SILENT_LOSS_GRACE, STOP_BOUND, Violation,
 };
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use replicas::LEADER_KEY;
-pub use report::Report;
+pub use report::{Compute, Report};
 pub use shrink::shrink;
 pub use simulation::Simulation;
 pub use trace::{Keep, Trace};

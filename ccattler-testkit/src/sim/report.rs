@@ -5,6 +5,30 @@ use std::time::Duration;
 use super::faults::{FaultKind, Schedule};
 use super::{Trace, Violation};
 
+/// What the controllers' reconciles of a run cost: the virtual time the simulation charged
+/// them (a model in proportion to what each reads and proposes) and the real time they took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Compute {
+    /// Reconciles run.
+    pub reconciles: u64,
+    /// Facts of the views they read, summed.
+    pub facts_read: u64,
+    /// Virtual time charged for them.
+    pub charged: Duration,
+    /// Real time they took (varies from run to run; nothing in the run depends on it).
+    pub measured: Duration,
+}
+
+impl Compute {
+    pub(crate) fn record(&mut self, facts: usize, charged: Duration, measured: Duration) {
+        self.reconciles += 1;
+        self.facts_read += facts as u64;
+        self.charged += charged;
+        self.measured += measured;
+    }
+}
+
 /// What a run found.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -27,6 +51,8 @@ pub struct Report {
     pub violation: Option<Violation>,
     /// Events handled.
     pub steps: u64,
+    /// What the controllers' reconciles cost.
+    pub compute: Compute,
     /// The trace (as much as was kept).
     pub trace: Trace,
     /// The store at the end, summed up: each service's status and the placements per node.

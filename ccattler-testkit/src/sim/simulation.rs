@@ -238,6 +238,7 @@ impl Simulation {
             fatal: self.world.fatal.take(),
             violation: self.world.violation.take(),
             steps: self.world.steps,
+            compute: self.world.compute,
             schedule: self.schedule,
             trace: self.world.trace,
         }

@@ -19,6 +19,7 @@ use super::faults::{Fault, FaultKind, Schedule};
 use super::net::Subs;
 use super::queue::Agenda;
 use super::replicas::ReplicaActor;
+use super::report::Compute;
 use super::trace::Trace;
 
 /// A request on its way to the store.
@@ -136,6 +137,8 @@ pub(crate) struct World {
     /// Messages to and from the store take this long at least.
     pub base_latency: (u64, u64),
     pub steps: u64,
+    /// What the controllers' reconciles cost: charged in virtual time, and taken in real time.
+    pub compute: Compute,
     pub fatal: Option<String>,
     pub checker: Checker,
     /// The stops agents heard of, checked once their bound passes.
@@ -170,6 +173,7 @@ impl World {
             fired: FaultKind::ALL.iter().map(|k| (*k, 0)).collect(),
             base_latency: (1, 5),
             steps: 0,
+            compute: Compute::default(),
             fatal: None,
         }
     }

@@ -174,6 +174,9 @@ pub(crate) struct LiveIndex {
     instances: FastMap<String, (String, String)>,
     /// Per service, per node, how many of its instances are placed there (never zero).
     counts: FastMap<String, FastMap<String, u32>>,
+    /// Runs longer than this are placed from heaps (`None`: the default of `place.rs`); tests
+    /// set 0 to prove the heaps pick what the search picks.
+    long_run: Option<usize>,
 }
 
 impl LiveIndex {

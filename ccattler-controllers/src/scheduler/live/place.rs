@@ -13,9 +13,18 @@
 //! load's utilisation before exceeds the best utilisation after found, no later load of the class
 //! can win. Nodes of one load are equal but for the name, so the first without the service is the
 //! only one of them to consider.
+//!
+//! # Long runs
+//!
+//! Once every eligible node holds the service, that search looks at every node for every
+//! request: a run of `k` requests on `n` nodes cost `k * n`. A run (requests of one service with
+//! equal resources and placement) longer than [`LONG_RUN`] is placed from a heap per zone
+//! instead: every eligible node that fits is ranked once, the best is popped, and only the node
+//! picked is ranked again, since placing on a node changes its own rank and its zone's count and
+//! nothing else. That costs `(n + k) log n`, and picks exactly what the search picks.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use ccattler_core::schema::{Cpu, Memory, Placement, Resources, ZonePolicy};
 
@@ -26,6 +35,14 @@ use super::{LiveIndex, Load};
 
 /// A candidate's rank: smaller is better (see the module docs).
 type Rank<'n> = (u32, u32, Reverse<u32>, Frac, &'n str);
+
+/// Runs longer than this are placed from heaps ("Long runs" in the module docs); shorter ones
+/// by a search per request, which costs nothing per node when few nodes hold the service.
+const LONG_RUN: usize = 32;
+
+/// A node in a run's heap: its count of the service, `prefer` matched, utilisation after one
+/// more placement, name (the rank without the zone term), smallest first.
+type Ranked = Reverse<(u32, Reverse<u32>, Frac, String)>;
 
 /// What `place` changed in the index, to undo.
 #[derive(Debug, Default)]
@@ -89,6 +106,11 @@ impl LiveIndex {
                 let need = run[0].resources;
                 let spread = matches!(placement.zone, Some(ZonePolicy::Spread));
                 let eligible = self.eligible(placement);
+                if run.len() > self.long_run.unwrap_or(LONG_RUN) {
+                    let zc = &mut zone_counts;
+                    self.place_long_run(name, run, spread, &eligible, zc, undo, &mut out);
+                    continue;
+                }
                 for (i, request) in run.iter().enumerate() {
                     let zc = if spread { &zone_counts[..] } else { &[] };
                     let Some(node) = self.best(name, need, &eligible, zc) else {
@@ -106,6 +128,79 @@ impl LiveIndex {
             }
         }
         out
+    }
+
+    /// Places a run longer than [`LONG_RUN`] from one heap per zone (one heap without
+    /// `spread`): see "Long runs" in the module docs.
+    #[allow(clippy::too_many_arguments)]
+    fn place_long_run<'a>(
+        &mut self,
+        service: &str,
+        run: &[&Request<'a>],
+        spread: bool,
+        eligible: &Eligible,
+        zone_counts: &mut [u32],
+        undo: &mut Undo,
+        out: &mut Placed<'a>,
+    ) {
+        let (placement, need) = (run[0].placement, run[0].resources);
+        let counts = self.counts.get(service);
+        let mut heaps: BTreeMap<u32, BinaryHeap<Ranked>> = BTreeMap::new();
+        for &(class, matched) in &eligible.classes {
+            let zone = if spread { self.classes[class].zone } else { 0 };
+            let heap = heaps.entry(zone).or_default();
+            for (load, names) in &self.classes[class].by_load {
+                let usage = load.usage();
+                if !usage.fits(need) {
+                    continue;
+                }
+                let util = usage.util_after(need);
+                for node in names {
+                    let held = counts.and_then(|c| c.get(node)).copied().unwrap_or(0);
+                    heap.push(Reverse((held, Reverse(matched), util, node.clone())));
+                }
+            }
+        }
+        for (i, request) in run.iter().enumerate() {
+            let zone_count = |zone: u32| match spread {
+                true => zone_counts.get(zone as usize).copied().unwrap_or(0),
+                false => 0,
+            };
+            let best = heaps
+                .iter()
+                .filter_map(|(&zone, heap)| {
+                    // Compared by the rank itself (the heap's `Reverse` sorts the other way).
+                    heap.peek()
+                        .map(|Reverse(top)| ((zone_count(zone), top), zone))
+                })
+                .min()
+                .map(|(_, zone)| zone);
+            let Some(Reverse((held, matched, _, node))) = best
+                .and_then(|zone| heaps.get_mut(&zone))
+                .and_then(BinaryHeap::pop)
+            else {
+                let why = self.diagnose(placement, need);
+                for request in &run[i..] {
+                    out.unsatisfied.insert(request.instance, why.clone());
+                }
+                return;
+            };
+            self.take(&node, service, need, undo, zone_counts);
+            let Some(live) = self.nodes.get(&node).copied() else {
+                continue;
+            };
+            let usage = live.load.usage();
+            if usage.fits(need) {
+                let zone = if spread {
+                    self.classes[live.class].zone
+                } else {
+                    0
+                };
+                let again = (held + 1, matched, usage.util_after(need), node.clone());
+                heaps.entry(zone).or_default().push(Reverse(again));
+            }
+            out.placements.insert(request.instance, node);
+        }
     }
 
     /// Why a request fits nowhere, every node counted: the one pass over all nodes.

@@ -132,6 +132,13 @@ fn build(f: &Fixture) -> LiveIndex {
 type Owned = (BTreeMap<String, String>, BTreeMap<String, String>);
 
 /// What the live index decides.
+/// An index built from `f` that places every run from heaps, however short.
+fn heaps_only(f: &Fixture) -> LiveIndex {
+    let mut index = build(f);
+    index.long_run = Some(0);
+    index
+}
+
 fn live(index: &mut LiveIndex, f: &Fixture) -> Owned {
     let placed = index.place(&f.borrowed_requests());
     let owned =
@@ -174,6 +181,7 @@ proptest! {
         }
         let mut index = build(&f);
         prop_assert_eq!(live(&mut index, &f), expected(&f));
+        prop_assert_eq!(live(&mut heaps_only(&f), &f), expected(&f), "from heaps");
         for (k, step) in steps.into_iter().enumerate() {
             let mut touched = Vec::new();
             match step {
@@ -214,6 +222,7 @@ proptest! {
             }
             prop_assert_eq!(live(&mut index, &f), expected(&f), "after step {}", k);
             prop_assert_eq!(live(&mut index, &f), live(&mut build(&f), &f), "same as fresh");
+            prop_assert_eq!(live(&mut heaps_only(&f), &f), expected(&f), "from heaps, step {}", k);
         }
     }
 }
