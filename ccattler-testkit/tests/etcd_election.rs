@@ -324,7 +324,11 @@ fn a_paused_leaders_late_commit_is_rejected_by_the_runner_itself() {
         freeze: freeze.clone(),
         gate: gate.clone(),
     };
-    let frozen = gate.clone();
+    // The runtime's thread thaws only after the reconcile has returned, as a stopped process
+    // resumes with its pass done: otherwise which of the two ran first after the pause (the
+    // election noticing its lost lease, or the reconcile's end) was a race.
+    let thaw: Gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let frozen = thaw.clone();
     let old = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -359,11 +363,15 @@ fn a_paused_leaders_late_commit_is_rejected_by_the_runner_itself() {
     eprintln!("{CHECK}: new leader after {:?}", started.elapsed());
 
     // The old leader wakes and commits what it planned as leader.
-    *gate
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-    gate.1.notify_all();
+    for opening in [&gate, &thaw] {
+        *opening
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        opening.1.notify_all();
+        // The reconcile returns and its result reaches the frozen runtime's queue meanwhile.
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     main.block_on(async {
         loop {

@@ -37,7 +37,7 @@ use ccattler_examples::cca::progress::StatusFollower;
 use futures_util::StreamExt;
 
 const KEPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/figures/scale.txt");
-const DEFAULT_SHAPES: &str = "1000x100,10000x100,10000x256,10000x1000,100000x1000";
+const DEFAULT_SHAPES: &str = "1000x100,10000x100,10000x256,10000x1000,100000x1000,100000x10000";
 const FIGURES: [&str; 6] = [
     "converge_s",
     "peak_mb",

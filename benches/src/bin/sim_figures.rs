@@ -94,7 +94,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c = report.compute;
     let per_fact = |d: Duration| d.as_nanos() as f64 / c.facts_read.max(1) as f64;
     println!(
-        "its {} reconciles read {} facts: charged {:.2} s of virtual time ({:.0} ns per fact          read), took {:.2} s of real time ({:.0} ns per fact read)",
+        "its {} reconciles read {} facts: charged {:.2} s of virtual time ({:.0} ns per fact \
+         read), took {:.2} s of real time ({:.0} ns per fact read)",
         c.reconciles,
         c.facts_read,
         c.charged.as_secs_f64(),

@@ -98,15 +98,9 @@ impl<S: FactStore> Task<S> {
                         if let Some(leases) = &self.events_lease {
                             machine.set_events_lease(*leases.borrow());
                         }
-                        let pass = off_the_executor(
-                            Arc::clone(&self.controller),
-                            machine,
-                            view,
-                            ids,
-                            span,
-                        );
-                        let took;
-                        (machine, ids, took) = tokio::select! {
+                        let pass = off_the_executor(Arc::clone(&self.controller), view, ids, span);
+                        let (step, took);
+                        (step, ids, took) = tokio::select! {
                             biased;
                             _ = self.cancel.changed() => return Exit::Cancelled,
                             done = pass => match done {
@@ -121,6 +115,7 @@ impl<S: FactStore> Task<S> {
                             "controller" => name.clone()
                         )
                         .record(took.as_secs_f64());
+                        machine.reconciled_with(step.result, step.events);
                     }
                     Action::Commit { txn } => {
                         // The commit marker and the events are the runner's own writes, not
@@ -214,18 +209,16 @@ impl<S: FactStore> Task<S> {
 /// How many watch events the driver applies before it lets other tasks run.
 const DRAIN_SLICE: usize = 256;
 
-/// Runs one reconcile on tokio's blocking pool and hands its result to the loop there, so that
-/// neither a long pass nor splitting a large one into guarded transactions holds an executor
+/// Runs one reconcile on tokio's blocking pool, so that a long pass never holds an executor
 /// thread: lease renewals, agents' reports and watch deliveries sharing the runtime go on while
-/// it runs. The loop and the id source go there and back (they are the task's, and the ids must
-/// advance in order); the reconcile's own duration comes back with them.
+/// it runs. The id source goes there and back (it is the loop's, and must advance in order);
+/// the view is dropped there too, and the reconcile's duration comes back with its result.
 fn off_the_executor(
     controller: Arc<dyn Controller>,
-    mut machine: ControllerLoop,
     view: crate::FactView,
     mut ids: RandomIds,
     span: tracing::Span,
-) -> tokio::task::JoinHandle<(ControllerLoop, RandomIds, std::time::Duration)> {
+) -> tokio::task::JoinHandle<(super::Reconciled, RandomIds, std::time::Duration)> {
     tokio::task::spawn_blocking(move || {
         let _entered = span.enter();
         let started = Instant::now();
@@ -234,8 +227,7 @@ fn off_the_executor(
         drop(ctx);
         drop(view);
         let took = started.elapsed();
-        machine.reconciled_with(step.result, step.events);
-        (machine, ids, took)
+        (step, ids, took)
     })
 }
 

@@ -2,7 +2,7 @@
 //! what is.
 //!
 //! The agent is a pure state machine, [`AgentLoop`], and a thin tokio driver, [`NodeAgent`]: the
-//! loop decides (register, renew the lease, list and watch placements, fetch specs and secrets,
+//! loop decides (register, keep the lease alive, list and watch placements, fetch specs and secrets,
 //! observe, start, stop, remove, probe, report, save the cache) and the driver performs each
 //! [`Action`] through [`perform`] and feeds the [`Outcome`] back. The loop reads no clock and does
 //! no I/O, so tests step it on virtual time and the testkit's simulation runs the real agent.
@@ -30,9 +30,13 @@
 //! - **Instances are independent.** Each instance's runtime actions run one at a time, in
 //!   order, and those of different instances at once (up to
 //!   [`AgentConfig::parallel_actions`]), so a pull or a slow start of one never delays another
-//!   instance's stop, start or probe. The lease's renewal has a lane of its own beside the other
-//!   store actions, and reports and observations go on while starts are in flight; an
-//!   observation is an action like the others, never made inline by the driver.
+//!   instance's stop, start or probe. Reports and observations go on while starts are in
+//!   flight; an observation is an action like the others, never made inline by the driver.
+//! - **The lease is not starved by work.** Once registered, the loop hands out a standing order,
+//!   [`Action::KeepLease`]; the driver renews the lease every third of its TTL from the
+//!   process's liveness thread ([`RenewOn`]), where no work of this agent, of other agents or of
+//!   controllers in the same process runs, and the loop hears only of a renewal that failed.
+//!   While the process lives and its store answers, the node's lease does not lapse.
 //!
 //! | file | what it holds |
 //! |---|---|
@@ -43,6 +47,7 @@
 //! | `report.rs` | the observations to write |
 //! | `action.rs` | [`Action`], [`Lane`], [`StopReason`], [`Listing`], [`Sample`] |
 //! | `perform.rs` | performing an action against a store or a runtime: [`Outcome`] |
+//! | `keeper.rs` | the lease's keeper and the liveness thread: [`RenewOn`] |
 //! | `driver.rs` | [`NodeAgent::run`], the tokio driver |
 //! | `local.rs` | [`NodeSnapshot`], the node's observed state read on the node, and the agent's metrics |
 //! | `probe.rs` | [`ProbeState`] (thresholds) and [`probe::check`] (the I/O) |

@@ -39,10 +39,10 @@
 //!   one before it. A watch is opened at once. An agent's lease is renewed every third of its
 //!   TTL on a schedule of its own (as its keeper does), whatever the agent is doing.
 //! - **Work.** A reconcile takes 1 ms plus [`COST_PER_FACT`] per fact of the view it reads and
-//!   [`COST_PER_CHANGE`] per change it proposes (a model of its real cost, so that a pass over a
-//!   large view keeps its controller busy as long as it would in a process; the run's
-//!   [`Compute`] holds what was charged beside the real time the reconciles took); an agent's
-//!   own pass costs nothing; a runtime operation 1 to 5 ms; a start, as long as
+//!   [`COST_PER_CHANGE`] per change it proposes, both zero for now (see their docs): a pass
+//!   costs 1 ms whatever it reads, so a seed does not show what waits behind a long pass. The
+//!   run's [`Compute`] holds what was charged beside the real time the reconciles took. An
+//!   agent's own pass costs nothing; a runtime operation 1 to 5 ms; a start, as long as
 //!   [`start_delay`](SimulationBuilder::start_delay) or
 //!   [`slow_image`](SimulationBuilder::slow_image) says (none by default), during which the
 //!   agent's start of that instance is in flight and its other instances go on.
