@@ -141,7 +141,8 @@ enum Resume {
 /// - **Coalescing.** Any number of events that arrive while the loop is busy, or before the driver
 ///   asks for the next action, lead to one reconcile.
 /// - **Guarded commits.** Every change is guarded by the mod revision the reconciled view had for
-///   its key (0 for a key the view does not hold), so a change to a key that moved since is a
+///   its key (0 for a key the view does not hold), even when events moved the live view while
+///   the reconcile ran, so a change to a key that moved since is a
 ///   conflict, not a lost update. No-op changes (putting the value already held, deleting a
 ///   missing key) are dropped before committing. A pass with more changes than one transaction
 ///   holds ([`set_max_changes`](Self::set_max_changes)) is committed in consecutive
@@ -181,6 +182,9 @@ pub struct ControllerLoop {
     max_changes: usize,
     phase: Phase,
     view: FactView,
+    /// The view the reconcile in flight was handed: its changes are judged and guarded by it,
+    /// not by the live view, which events may advance while the reconcile runs.
+    planned_on: FactView,
     dirty: bool,
     relist_after_busy: bool,
     now: Duration,
@@ -233,6 +237,7 @@ impl ControllerLoop {
             max_changes: usize::MAX,
             phase: Phase::NeedList,
             view: FactView::new(),
+            planned_on: FactView::new(),
             dirty: false,
             relist_after_busy: false,
             now: Duration::ZERO,
@@ -402,6 +407,7 @@ impl ControllerLoop {
                 self.phase = Phase::Reconciling;
                 self.dirty = false;
                 self.stats.reconciles += 1;
+                self.planned_on = self.view.clone();
                 Some(Action::Reconcile {
                     view: self.view.clone(),
                 })
@@ -525,16 +531,17 @@ impl ControllerLoop {
             self.stats.rejected += 1;
             return self.fail(reason);
         }
+        let planned_on = std::mem::take(&mut self.planned_on);
         let effective: Vec<Change> = changes
             .into_iter()
-            .filter(|change| !self.is_noop(change))
+            .filter(|change| !planned_on.is_noop(change))
             .collect();
         if effective.is_empty() {
             self.failures = 0;
             self.conflicts = 0;
             return self.finish_busy();
         }
-        self.batches = Batches::new(effective, &self.view, self.marker.as_ref());
+        self.batches = Batches::new(effective, &planned_on, self.marker.as_ref());
         self.add_events(events);
         self.commit_next();
     }
@@ -676,10 +683,6 @@ impl ControllerLoop {
 
     fn check_changes(&self, changes: &[Change]) -> Result<(), String> {
         check_changes(&self.domain, changes)
-    }
-
-    fn is_noop(&self, change: &Change) -> bool {
-        self.view.is_noop(change)
     }
 
     fn apply_own(&mut self, mut changes: Vec<Change>, revision: Revision) {
