@@ -130,7 +130,9 @@ async fn measure(
         ..DevConfig::default()
     })
     .await?;
-    cluster.wait_for_nodes(Duration::from_secs(120)).await?;
+    cluster
+        .wait_for_nodes(cluster.registration_timeout())
+        .await?;
     let store = cluster.store().clone();
     let lapses = Arc::new(AtomicU64::new(0));
     let mut leases = store.watch(schema::NODE_LEASES, Revision::ZERO).await?;

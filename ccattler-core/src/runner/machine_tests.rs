@@ -80,6 +80,14 @@ fn expect_failed(l: &mut ControllerLoop) -> (String, Duration) {
     }
 }
 
+/// Each compare of `txn`: its key and what it expects.
+fn guards(txn: &crate::Txn) -> Vec<(&str, CompareTarget)> {
+    txn.compares
+        .iter()
+        .map(|c| (c.key.as_str(), c.target.clone()))
+        .collect()
+}
+
 fn ok(revision: u64) -> Result<TxnResponse, StoreError> {
     Ok(TxnResponse {
         succeeded: true,
@@ -146,13 +154,8 @@ fn commits_are_guarded_by_the_revisions_read_and_read_back_at_once() {
         Change::delete(key("out/missing")), // no-op: dropped
     ]));
     let txn = expect_commit(&mut l);
-    let guards: Vec<_> = txn
-        .compares
-        .iter()
-        .map(|c| (c.key.as_str(), c.target.clone()))
-        .collect();
     assert_eq!(
-        guards,
+        guards(&txn),
         [
             ("out/a", CompareTarget::ModRevision(Revision(11))),
             ("out/b", CompareTarget::ModRevision(Revision::ZERO)),
@@ -195,13 +198,8 @@ fn changes_are_guarded_by_the_view_planned_on_not_by_events_that_came_meanwhile(
         Change::put(key("out/b"), "new"), // a no-op only by the live view: kept
     ]));
     let txn = expect_commit(&mut l);
-    let guards: Vec<_> = txn
-        .compares
-        .iter()
-        .map(|c| (c.key.as_str(), c.target.clone()))
-        .collect();
     assert_eq!(
-        guards,
+        guards(&txn),
         [
             ("out/a", CompareTarget::ModRevision(Revision(11))),
             ("out/b", CompareTarget::ModRevision(Revision::ZERO)),

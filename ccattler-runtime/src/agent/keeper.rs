@@ -65,12 +65,13 @@ impl Keeper {
                 }
             }
         };
-        let task = match on {
-            RenewOn::LivenessThread => match liveness() {
-                Some(handle) => handle.spawn(renewals),
-                None => tokio::spawn(renewals),
-            },
-            RenewOn::AgentRuntime => tokio::spawn(renewals),
+        let own_thread = match on {
+            RenewOn::LivenessThread => liveness(),
+            RenewOn::AgentRuntime => None,
+        };
+        let task = match own_thread {
+            Some(handle) => handle.spawn(renewals),
+            None => tokio::spawn(renewals),
         };
         Keeper {
             task: task.abort_handle(),

@@ -110,7 +110,6 @@ pub(super) fn store_operation(action: &Action) -> &'static str {
         Action::Watch { .. } => "watch",
         Action::FetchSpec { .. } => "fetch_spec",
         Action::FetchSecrets { .. } => "fetch_secrets",
-        Action::KeepLease { .. } => "renew_lease",
         Action::Report { .. } => "report",
         _ => "other",
     }

@@ -33,7 +33,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut times = Vec::new();
     for run in 1..=runs.max(1) {
         let cluster = DevCluster::start(DevConfig::default()).await?;
-        cluster.wait_for_nodes(Duration::from_secs(10)).await?;
+        cluster
+            .wait_for_nodes(cluster.registration_timeout())
+            .await?;
         let mut follower = StatusFollower::new(cluster.store()).await?;
         let started = Instant::now();
         cluster.apply(&file).await?;

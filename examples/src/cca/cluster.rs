@@ -236,7 +236,15 @@ impl DevCluster {
         self.state.path()
     }
 
-    /// Waits until every node has registered (holds its lease), at most `timeout`.
+    /// How long registering every node may take: 10 s, plus 5 ms a node (each agent makes its
+    /// cache directory and writes its cache durably before it registers: ten thousand of them
+    /// on a disk take about 20 s).
+    pub fn registration_timeout(&self) -> Duration {
+        Duration::from_secs(10) + Duration::from_millis(5).saturating_mul(self.nodes)
+    }
+
+    /// Waits until every node has registered (holds its lease), at most `timeout`
+    /// ([`registration_timeout`](Self::registration_timeout) is what `cca dev` gives it).
     ///
     /// # Errors
     ///

@@ -142,11 +142,7 @@ async fn dev(args: &DevArgs, file: &SourceFile, compiled: &Compiled) -> Result<E
         args.shape.node_memory,
         cluster.state_dir().display()
     );
-    // Each agent makes its cache directory and writes its cache durably before it registers:
-    // ten thousand of them on a disk take tens of seconds.
-    let registration =
-        Duration::from_secs(10) + Duration::from_millis(5).saturating_mul(args.shape.nodes);
-    if let Err(err) = cluster.wait_for_nodes(registration).await {
+    if let Err(err) = cluster.wait_for_nodes(cluster.registration_timeout()).await {
         cluster.shutdown().await;
         return Err(err);
     }
