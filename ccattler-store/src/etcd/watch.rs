@@ -9,15 +9,18 @@ use ccattler_core::{EventKind, Revision, StoreError, WatchEvent};
 use etcd_client::{Event, EventType, WatchClient, WatchOptions, WatchStream};
 use futures_core::Stream;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::task::JoinHandle;
 
 use super::EtcdStore;
 use super::convert::{Prefix, revision};
 use super::error::timed;
 
-/// Events buffered between the bridge task and the reader. When the reader falls behind, the
-/// bridge stops reading etcd's stream and etcd holds the watcher back and replays it from its
-/// history later: nothing is skipped, and writers never wait.
+/// Events buffered between the bridge task and the reader. When the reader falls this far
+/// behind, the bridge lets etcd's stream go and opens it again, from the next revision, once the
+/// reader has read half of them: etcd replays the rest from its history. Nothing is skipped,
+/// writers never wait, and an unread stream never holds the connection it shares with every
+/// other request of the store (see [`Flow::Behind`]).
 const BUFFER: usize = 1024;
 
 /// Longest pause between two attempts to re-open a dropped watch.
@@ -80,6 +83,11 @@ impl EtcdStore {
 /// so the reader sees no gap and no duplicate. The stream ends with [`StoreError::Compacted`]
 /// only when that revision was compacted meanwhile; the reader then lists again.
 ///
+/// A reader that stops reading costs a bounded buffer (1,024 events) and nothing else: past
+/// it, the etcd watch is let go and opened again from where it stopped once the reader has
+/// caught up, so that it never holds back the store's other requests and watches, which share
+/// its connection to etcd.
+///
 /// Dropping the stream cancels the watch.
 #[derive(Debug)]
 pub struct EtcdWatch {
@@ -128,6 +136,13 @@ enum Flow {
     ReceiverGone,
     Compacted(Revision),
     Dropped(String),
+    /// The reader is a whole buffer behind: the stream is let go rather than left unread. All
+    /// the store's requests share one HTTP/2 connection, and data received but unread on one
+    /// stream keeps its share of the connection's flow-control window (5 MiB for all): a few
+    /// unread watches would stall every other request until it timed out. Holds the events of
+    /// the revision under way that are still to deliver (when some of it was delivered
+    /// already), so that the watch resumes after that revision.
+    Behind(Vec<WatchEvent>),
 }
 
 /// The bridge task's state: where to resume.
@@ -200,6 +215,19 @@ impl Bridge {
                 Flow::Dropped(reason) => {
                     tracing::warn!(%reason, next = %self.next, "etcd watch dropped; resuming");
                 }
+                Flow::Behind(held) => {
+                    for event in held {
+                        if tx.send(Ok(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Once there is room for half a buffer, not at the first free slot.
+                    match tx.reserve_many(BUFFER / 2).await {
+                        Ok(room) => drop(room),
+                        Err(_) => return,
+                    }
+                    tracing::debug!(next = %self.next, "the watch's reader caught up; resuming");
+                }
             }
             let mut backoff = Duration::from_millis(50);
             opened = loop {
@@ -244,21 +272,46 @@ impl Bridge {
                     response.cancel_reason()
                 ));
             }
-            for event in response.events() {
+            let events = response.events();
+            for (at, event) in events.iter().enumerate() {
                 let Some(rev) = event.kv().map(|kv| revision(kv.mod_revision())) else {
                     continue;
                 };
                 if rev < resume_at {
                     continue;
                 }
-                if let Some(event) = self.source.event(event)
-                    && tx.send(Ok(event)).await.is_err()
-                {
-                    return Flow::ReceiverGone;
+                if let Some(event) = self.source.event(event) {
+                    match tx.try_send(Ok(event)) {
+                        Ok(()) => {}
+                        Err(TrySendError::Closed(_)) => return Flow::ReceiverGone,
+                        Err(TrySendError::Full(event)) => {
+                            return self.behind(rev, event, &events[at + 1..]);
+                        }
+                    }
                 }
                 self.next = self.next.max(rev.next());
             }
         }
+    }
+
+    /// The reader is a buffer behind at `event` of revision `rev`, `rest` following it in the
+    /// same answer: what is held back (see [`Flow::Behind`]), and where to resume.
+    fn behind(
+        &mut self,
+        rev: Revision,
+        event: Result<WatchEvent, StoreError>,
+        rest: &[Event],
+    ) -> Flow {
+        if self.next <= rev {
+            // Nothing of this revision delivered: resume at it.
+            self.next = rev;
+            return Flow::Behind(Vec::new());
+        }
+        let same_revision = rest
+            .iter()
+            .take_while(|e| e.kv().is_some_and(|kv| revision(kv.mod_revision()) == rev))
+            .filter_map(|e| self.source.event(e));
+        Flow::Behind(event.into_iter().chain(same_revision).collect())
     }
 }
 
@@ -275,5 +328,72 @@ impl WatchSource {
         };
         let prev = event.prev_kv().and_then(|kv| self.prefix.fact(kv));
         Some(WatchEvent { kind, fact, prev })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    use ccattler_core::{FactStore, Key};
+
+    use super::super::server::shared_store_or_skip;
+
+    /// Watches whose readers stop reading must not stall the store's other requests: all
+    /// share one HTTP/2 connection to etcd, whose flow-control window an unread gRPC stream
+    /// holds. Four watches are left unread while more is written than their buffers hold;
+    /// then a get must still answer.
+    #[tokio::test]
+    async fn unread_watches_do_not_stall_other_requests() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("watch-flow-{nanos}/");
+        let Some(store) = shared_store_or_skip("unread_watches_do_not_stall_other_requests", |c| {
+            c.prefix(prefix).request_timeout(Duration::from_secs(3))
+        })
+        .await
+        else {
+            return;
+        };
+        let mut unread = Vec::new();
+        for _ in 0..4 {
+            unread.push(store.watch("flow/", Revision::ZERO).await.expect("watch"));
+        }
+        // More than a watch's buffer of events, and more than the connection's window of
+        // bytes (5 MiB) in all: 1,500 values of 8 KiB, each event carrying its previous value.
+        let value = vec![b'x'; 8 << 10];
+        for i in 0..1_500 {
+            let key = Key::new(format!("flow/k{}", i % 50)).expect("key");
+            let mut v = value.clone();
+            v[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            store
+                .put(&key, v.into())
+                .await
+                .expect("put while watches go unread");
+        }
+        let asked = Instant::now();
+        let got = store.get(&Key::new("flow/k0").expect("key")).await;
+        assert!(
+            got.is_ok(),
+            "a get behind unread watches: {got:?} after {:?}",
+            asked.elapsed()
+        );
+        // The watches still deliver every event, in order, once read.
+        let mut first = unread.remove(0);
+        let mut seen = 0u64;
+        while seen < 1_500 {
+            let next = std::future::poll_fn(|cx| Pin::new(&mut first).poll_next(cx));
+            let event = tokio::time::timeout(Duration::from_secs(10), next)
+                .await
+                .expect("the unread watch delivers")
+                .expect("not ended")
+                .expect("no error");
+            let index = u64::from_be_bytes(event.fact.value[..8].try_into().expect("8 bytes"));
+            assert_eq!(index, seen, "events in order, none lost, none repeated");
+            seen += 1;
+        }
     }
 }
