@@ -1,6 +1,8 @@
 //! The handlers of the store protocol's key, transaction, revision and watch routes.
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -14,7 +16,7 @@ use futures_util::stream::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::leases::check_lease_owner;
+use super::leases::{LeaseOwners, check_lease_owner};
 use super::rules::{AUTH_PREFIX, Principal, check_readable, hidden};
 use super::{ServerError, json_answer};
 use crate::wire::{
@@ -83,6 +85,7 @@ pub(crate) async fn scan<S: FactStore + Clone>(
 /// `POST /store/put`.
 pub(crate) async fn put<S: FactStore + Clone>(
     State(store): State<S>,
+    Extension(owners): Extension<Arc<LeaseOwners>>,
     Extension(principal): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServerError> {
@@ -93,7 +96,7 @@ pub(crate) async fn put<S: FactStore + Clone>(
         decode_value(&request.value).map_err(|err| ServerError::bad_request(err.to_string()))?;
     let revision = match request.lease.map(LeaseId) {
         Some(lease) => {
-            check_lease_owner(&store, &principal, lease).await?;
+            check_lease_owner(&store, &owners, &principal, lease).await?;
             store.put_with_lease(&key, value, lease).await?
         }
         None => store.put(&key, value).await?,
@@ -119,9 +122,10 @@ pub(crate) async fn delete<S: FactStore + Clone>(
 }
 
 /// `POST /store/txn`: every operation must be writable by the caller, and no compare may look
-/// at a [`hidden`] key.
+/// at a [`hidden`] key. Each lease attached is checked once, however many operations use it.
 pub(crate) async fn txn<S: FactStore + Clone>(
     State(store): State<S>,
+    Extension(owners): Extension<Arc<LeaseOwners>>,
     Extension(principal): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServerError> {
@@ -139,14 +143,18 @@ pub(crate) async fn txn<S: FactStore + Clone>(
             )));
         }
     }
+    let mut leases = BTreeSet::new();
     for op in txn.then.iter().chain(&txn.otherwise) {
         check_writable(&principal, op.key())?;
         if let Op::Put {
             lease: Some(lease), ..
         } = op
         {
-            check_lease_owner(&store, &principal, *lease).await?;
+            leases.insert(*lease);
         }
+    }
+    for lease in leases {
+        check_lease_owner(&store, &owners, &principal, lease).await?;
     }
     let answer = store.txn(txn).await?;
     Ok(json_answer(&TxnAnswer {

@@ -100,6 +100,9 @@ where
         authorizer,
         authenticate::<A>,
     ))
+    .layer(axum::Extension(std::sync::Arc::new(
+        leases::LeaseOwners::default(),
+    )))
     .with_state(store)
 }
 

@@ -19,7 +19,9 @@
 //!
 //! # Guarantees
 //!
-//! - A request without a valid, unexpired token gets 401 and writes nothing.
+//! - A request without a valid, unexpired token gets 401 and writes nothing. A token deleted
+//!   from the store is refused within
+//!   [`TOKEN_CACHE_TTL`](super::token_cache::TOKEN_CACHE_TTL) (5 s).
 //! - An enrollment token is consumed by a transaction guarded by its own mod revision: of two
 //!   concurrent enrollments with the same token, exactly one succeeds.
 //! - A token with an expiry is stored under a lease of the same length, so the store itself
@@ -28,6 +30,7 @@
 //!   limit get 429 and never reach the store.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{ConnectInfo, State};
@@ -42,6 +45,7 @@ use sha2::{Digest, Sha256};
 
 use super::ApiState;
 use super::error::ApiError;
+use super::token_cache::TokenCache;
 
 pub use ccattler_store::http_server::{AUTH_PREFIX, Principal};
 
@@ -192,25 +196,40 @@ async fn lookup<S: FactStore>(
 /// The [`Authorizer`] of `cca server`: a bearer token is looked up by its SHA-256 under
 /// [`TOKENS`]; an admin record speaks for [`Principal::Admin`], a node record for
 /// [`Principal::Node`]. Enrollment tokens and unknown or expired tokens are refused (401).
+/// A credential found is taken on trust for a few seconds before it is looked up again
+/// ([`TokenCache`]); clones share what they found.
 #[derive(Clone, Debug)]
 pub struct TokenAuthorizer<S> {
     store: S,
+    found: Arc<TokenCache>,
 }
 
 impl<S> TokenAuthorizer<S> {
     /// Looks tokens up in `store`.
     pub fn new(store: S) -> Self {
-        TokenAuthorizer { store }
+        TokenAuthorizer {
+            store,
+            found: Arc::default(),
+        }
     }
 }
 
 impl<S: FactStore + Clone> Authorizer for TokenAuthorizer<S> {
     async fn authorize(&self, request: &Parts) -> Result<Principal, ServerError> {
         let token = bearer_token(&request.headers)?;
+        let key = token_key(token);
+        if let Some(principal) = self.found.get(key.as_str()) {
+            return Ok(principal);
+        }
+        let keep = |principal: Principal, expires_at| {
+            self.found
+                .keep(key.as_str().to_owned(), principal.clone(), expires_at);
+            Ok(principal)
+        };
         match lookup(&self.store, token).await? {
             Some((record, _)) => match record.role {
-                Role::Admin => Ok(Principal::Admin),
-                Role::Node { node } => Ok(Principal::Node(node)),
+                Role::Admin => keep(Principal::Admin, record.expires_at),
+                Role::Node { node } => keep(Principal::Node(node), record.expires_at),
                 Role::Enroll => Err(ServerError::unauthenticated(
                     "an enrollment token only works at POST /api/enroll; use the credential \
                      it was exchanged for",

@@ -35,6 +35,7 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod state;
+pub mod token_cache;
 pub mod ui;
 
 use std::future::Future;
