@@ -3,6 +3,14 @@
 //! Run the benchmarks with `cargo bench -p ccattler-benches` (criterion prints the median of
 //! each), and the memory figure with
 //! `cargo run --release -p ccattler-benches --bin memory_footprint`.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`kept`] | figures kept in `benches/figures/`, printed beside those measured |
+//! | [`whole_loop`] | the whole loop's phases at a size, in real time ([`whole_loop::dev`]) and in virtual time ([`whole_loop::sim`]) |
+
+pub mod kept;
+pub mod whole_loop;
 
 use std::future::Future;
 use std::pin::pin;

@@ -1,7 +1,7 @@
 //! The [`Controller`] trait and what a reconcile takes and returns.
 
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::{Event, FactView, Key, KeyError, Value};
 
@@ -112,12 +112,14 @@ impl IdSource for SequentialIds {
     }
 }
 
-/// Everything a reconcile may use besides the facts: the time and an id source.
+/// Everything a reconcile may use besides the facts: the time and an id source; and what it
+/// may ask of the runner besides its changes: events to write with them, and a pass by a time.
 #[derive(Debug)]
 pub struct ReconcileContext<'a> {
     now: SystemTime,
     ids: &'a mut dyn IdSource,
     events: Vec<Event>,
+    requeue: Option<Duration>,
 }
 
 impl<'a> ReconcileContext<'a> {
@@ -127,6 +129,7 @@ impl<'a> ReconcileContext<'a> {
             now,
             ids,
             events: Vec::new(),
+            requeue: None,
         }
     }
 
@@ -151,6 +154,20 @@ impl<'a> ReconcileContext<'a> {
     /// The events recorded so far, taken out (the runner calls it after the reconcile).
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Asks for another pass within `after` even if none of the facts changes: for a
+    /// controller whose result depends on [`now`](Self::now) as well as on the facts (a
+    /// deadline, a periodic judgement). Several calls keep the soonest. Without it, the runner
+    /// reconciles only when the facts change (see [`Controller`]'s "Expected flow").
+    pub fn requeue_after(&mut self, after: Duration) {
+        self.requeue = Some(self.requeue.map_or(after, |soonest| soonest.min(after)));
+    }
+
+    /// The pass asked for with [`requeue_after`](Self::requeue_after), taken out (the runner
+    /// calls it after the reconcile).
+    pub fn take_requeue(&mut self) -> Option<Duration> {
+        self.requeue.take()
     }
 }
 
@@ -201,9 +218,15 @@ impl ReconcileError {
 ///
 /// The runner lists the controller's [`watches`](Controller::watches) prefixes, keeps a local
 /// [`FactView`] up to date from a watch, and calls [`reconcile`](Controller::reconcile) with an
-/// immutable snapshot whenever the view changed (bursts are coalesced) and on periodic resync. It
-/// commits the returned changes in one transaction guarded by the mod revisions of the keys it
-/// writes, then waits until its view includes its own commit before reconciling again.
+/// immutable snapshot whenever the view changed (bursts are coalesced). It commits the returned
+/// changes in one transaction guarded by the mod revisions of the keys it writes, then waits
+/// until its view includes its own commit before reconciling again.
+///
+/// It lists again periodically (a resync, every 30 s by default) to recover from anything a
+/// watch may have missed; a resync that finds the facts the view already holds changes nothing
+/// and calls no reconcile. So a cluster where nothing changes costs no pass at all. A
+/// controller whose result depends on the time as well (a deadline, a periodic judgement)
+/// asks for its next pass with [`ReconcileContext::requeue_after`].
 ///
 /// # Assumptions
 ///

@@ -99,6 +99,17 @@ impl FactView {
         })
     }
 
+    /// Whether `other` holds the same facts: the same keys, each at the same mod revision (in
+    /// one store, the same value too). Its revision may differ. Cost: O(n).
+    pub fn holds_same_facts(&self, other: &FactView) -> bool {
+        self.facts.len() == other.facts.len()
+            && self
+                .facts
+                .iter()
+                .zip(other.facts.iter())
+                .all(|((k1, f1), (k2, f2))| k1 == k2 && f1.mod_revision == f2.mod_revision)
+    }
+
     /// Records that every change up to `revision` has been applied.
     pub fn set_revision(&mut self, revision: Revision) {
         self.revision = revision;

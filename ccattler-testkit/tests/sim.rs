@@ -155,12 +155,14 @@ fn replicas_fail_over_and_no_deposed_leader_write_lands() {
 }
 
 /// Without the fence, a leader paused between a reconcile and its commit wakes deposed and
-/// writes from its stale view: the simulation must say so. The pause is tried at each
-/// millisecond after an apply, so that some land between a reconcile and its commit. (A runner
-/// built unfenced exists only here, to prove the check.)
+/// writes from its stale view: the simulation must say so. The leader is paused at each
+/// millisecond just after an apply (so that the pause lands between some controller's
+/// reconcile and its commit) and wakes just after the other replica took over, before the new
+/// leader's own commits move what the stale one would write. (A runner built unfenced exists
+/// only here, to prove the check.)
 #[test]
 fn an_unfenced_deposed_leader_is_caught_writing() {
-    let run = |pause_at: Duration, unfenced: bool| {
+    let run = |pause_at: Duration, length: Duration, unfenced: bool| {
         let mut builder = two_nodes(4)
             .replicas(2)
             .lease_ttl(Duration::from_secs(3))
@@ -168,12 +170,13 @@ fn an_unfenced_deposed_leader_is_caught_writing() {
                 Duration::from_secs(5),
                 desired(&WEB.replace("image nginx", "image nginx:2")),
             )
+            .keep(Keep::All)
             .schedule(Schedule {
                 faults: vec![Fault {
                     at: pause_at,
                     kind: FaultKind::LeaderLoss,
                     target: 0,
-                    length: Duration::from_secs(10),
+                    length,
                     wipe: false,
                 }],
             });
@@ -183,14 +186,33 @@ fn an_unfenced_deposed_leader_is_caught_writing() {
         builder.run()
     };
     let mut caught = Vec::new();
-    for ms in 5_001..5_060 {
+    for ms in 5_001..5_006 {
         let at = Duration::from_millis(ms);
-        let fenced = run(at, false);
+        // When the other replica leads, the paused one frozen: the same whenever it wakes.
+        let fenced = run(at, Duration::from_secs(10), false);
         assert!(fenced.passed(), "pause at {at:?}: {}", fenced.explain());
-        if let Some(violation) = run(at, true).violation {
-            assert_eq!(violation.invariant, Invariant::DeposedWrite, "{violation}");
-            assert!(violation.detail.contains("while runner-"), "{violation}");
-            caught.push(ms);
+        let took_over = fenced
+            .trace
+            .lines()
+            .filter(|l| l.contains(": leads"))
+            .filter_map(|l| l.trim_start().split_once("s "))
+            .filter_map(|(t, _)| t.parse::<f64>().ok())
+            .map(Duration::from_secs_f64)
+            .find(|t| *t > at)
+            .expect("the other replica takes over");
+        for after in 0..10 {
+            let length = took_over.saturating_sub(at) + Duration::from_millis(after);
+            let fenced = run(at, length, false);
+            assert!(
+                fenced.passed(),
+                "pause at {at:?} for {length:?}: {}",
+                fenced.explain()
+            );
+            if let Some(violation) = run(at, length, true).violation {
+                assert_eq!(violation.invariant, Invariant::DeposedWrite, "{violation}");
+                assert!(violation.detail.contains("while runner-"), "{violation}");
+                caught.push((ms, after));
+            }
         }
     }
     assert!(

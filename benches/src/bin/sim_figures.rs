@@ -7,8 +7,9 @@
 //!   at their default rates, on two threads: wall time, and the median time of one seed.
 //! - One seed of 1,000 nodes and 10,000 instances, 60 s of virtual time, all eight fault kinds of one runner:
 //!   wall time, events handled, the resident memory of the process afterwards, and what its
-//!   reconciles cost: the virtual time the simulation charged them beside the real time they
-//!   took (per fact read), the check on its model of work.
+//!   work cost: the virtual time the simulation charged its reconciles and its agents' actions
+//!   beside the real time they took (per fact read, per action), the check on its model of
+//!   work, and how long reconciles waited for a core.
 
 use std::time::{Duration, Instant};
 
@@ -95,13 +96,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let per_fact = |d: Duration| d.as_nanos() as f64 / c.facts_read.max(1) as f64;
     println!(
         "its {} reconciles read {} facts: charged {:.2} s of virtual time ({:.0} ns per fact \
-         read), took {:.2} s of real time ({:.0} ns per fact read)",
+         read), took {:.2} s of real time ({:.0} ns per fact read); they waited {:.2} s for a \
+         core in all, {:.0} ms at most",
         c.reconciles,
         c.facts_read,
         c.charged.as_secs_f64(),
         per_fact(c.charged),
         c.measured.as_secs_f64(),
         per_fact(c.measured),
+        c.waited.as_secs_f64(),
+        c.longest_wait.as_secs_f64() * 1e3,
+    );
+    let per_action = |d: Duration| d.as_nanos() as f64 / c.agent_actions.max(1) as f64 / 1e3;
+    println!(
+        "its agents handed out {} actions: charged {:.2} s of virtual time ({:.1} us each), \
+         took {:.2} s of real time ({:.1} us each)",
+        c.agent_actions,
+        c.agent_charged.as_secs_f64(),
+        per_action(c.agent_charged),
+        c.agent_measured.as_secs_f64(),
+        per_action(c.agent_measured),
     );
     if !report.passed() {
         println!("{}", report.explain());

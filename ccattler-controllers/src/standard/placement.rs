@@ -61,9 +61,11 @@ use crate::scheduler::{LiveIndex, Placed, Request};
 /// Rebalancing costs, per service judged, a pass over its instances and the ranking of one
 /// more instance. A pass judges the services whose instances, spec or record changed; every
 /// service (O(instances) in all) after a fresh read, when a node's status or liveness changed,
-/// and otherwise at most every 5 s of reconcile time (passes happen on changes, and at least
-/// every resync of the runner), which bounds how late a reservation freed by one service is
-/// noticed as room for another's move. So an incremental pass may
+/// and otherwise at most every 5 s of reconcile time (a pass that judged only some services,
+/// or changed anything, asks the runner for another within 5 s, whether or not anything else
+/// changes), which bounds how late a reservation freed by one service, or a service its own
+/// placements settled, is noticed as room for a move. A full judgement that changes nothing
+/// asks for no other pass: a cluster where nothing changes costs none. So an incremental pass may
 /// suggest a move up to 5 s later than a fresh read of the same view would; placements are
 /// the same either way.
 #[derive(Debug, Default)]
@@ -116,7 +118,11 @@ impl Controller for SchedulerController {
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
             plan(cluster, index, facts, &mut changes)?;
-            spread.suggest(cluster, index, facts, ctx.now(), &mut changes)?;
+            if let Some(sweep_in) =
+                spread.suggest(cluster, index, facts, ctx.now(), &mut changes)?
+            {
+                ctx.requeue_after(sweep_in);
+            }
             for event in placement_events(facts, &changes) {
                 ctx.record(event);
             }

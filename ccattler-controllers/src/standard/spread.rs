@@ -58,7 +58,11 @@ impl SpreadState {
     }
 
     /// Writes or deletes `status/rebalance/{svc}` for the services due at `now`, as the module
-    /// docs say.
+    /// docs say, after `changes` (the pass's other changes). Returns when the next sweep is
+    /// due if one must come even when nothing else changes (the caller asks the runner for a
+    /// pass by then): after a pass that judged only some services, or that changes anything
+    /// (its own placements may settle a service, or leave room for another's move; a pass
+    /// judges the view before them). A full sweep that changes nothing needs no other.
     pub(super) fn suggest(
         &mut self,
         cluster: &Cluster,
@@ -66,13 +70,15 @@ impl SpreadState {
         facts: &FactView,
         now: SystemTime,
         changes: &mut Vec<Change>,
-    ) -> Result<(), ReconcileError> {
-        let sweep_due = self
-            .swept
-            .and_then(|at| now.duration_since(at).ok())
-            .is_none_or(|since| since >= SWEEP);
+    ) -> Result<Option<Duration>, ReconcileError> {
+        let since_sweep = self.swept.and_then(|at| now.duration_since(at).ok());
+        let sweep_due = since_sweep.is_none_or(|since| since >= SWEEP);
+        let mut sweep_in = None;
         let mut services = match self.changed.take() {
-            Some(changed) if !sweep_due => changed,
+            Some(changed) if !sweep_due => {
+                sweep_in = since_sweep.map(|since| SWEEP.saturating_sub(since));
+                changed
+            }
             _ => {
                 self.swept = Some(now);
                 // Every record too, not only those that decode: a bad one is rewritten.
@@ -102,7 +108,10 @@ impl SpreadState {
             changes.push(change);
             self.rewritten.insert(service);
         }
-        Ok(())
+        if sweep_in.is_none() && !changes.is_empty() {
+            sweep_in = Some(SWEEP);
+        }
+        Ok(sweep_in)
     }
 }
 

@@ -115,7 +115,7 @@ impl<S: FactStore> Task<S> {
                             "controller" => name.clone()
                         )
                         .record(took.as_secs_f64());
-                        machine.reconciled_with(step.result, step.events);
+                        machine.reconciled_step(step);
                     }
                     Action::Commit { txn } => {
                         // The commit marker and the events are the runner's own writes, not

@@ -92,6 +92,8 @@ pub struct LoopStats {
     pub rejected: u64,
     /// Full lists (the first, resyncs, restarts and relists).
     pub lists: u64,
+    /// Resyncs that found the facts the view held: no reconcile followed.
+    pub quiet_resyncs: u64,
     /// Watch events applied to the view.
     pub events: u64,
     /// [`Event`]s added to a commit (in the store if that commit landed).
@@ -131,7 +133,7 @@ enum Resume {
 /// # Expected flow
 ///
 /// Inputs: [`tick`](Self::tick) (time moved), [`listed`](Self::listed), [`event`](Self::event),
-/// [`watch_failed`](Self::watch_failed), [`reconciled`](Self::reconciled),
+/// [`watch_failed`](Self::watch_failed), [`reconciled_step`](Self::reconciled_step),
 /// [`committed`](Self::committed). Outputs: [`next_action`](Self::next_action) until `None`, then
 /// wait for a watch event or for [`deadline`](Self::deadline). At most one list, reconcile or
 /// commit is outstanding at a time.
@@ -173,7 +175,12 @@ enum Resume {
 /// after [`LoopConfig::restart_delays`]; a successful reconcile resets that schedule, and so
 /// does a successful list after a store error (the store answers again). Conflicts
 /// retry the reconcile after a jittered exponential delay, and list again after five in a row.
-/// Every [`LoopConfig::resync_interval`] the loop lists again.
+/// Every [`LoopConfig::resync_interval`] the loop lists again. A resync that finds the facts
+/// the live view holds (every key at the revision the view has for it) and nothing pending
+/// keeps the view it has and calls no reconcile: the controller has already planned on these
+/// facts. A reconcile that asked for another pass
+/// ([`ReconcileContext::requeue_after`](crate::ReconcileContext::requeue_after)) gets it by
+/// then, on the view as it is, whether or not anything changed.
 #[derive(Debug)]
 pub struct ControllerLoop {
     prefixes: Vec<String>,
@@ -189,6 +196,10 @@ pub struct ControllerLoop {
     relist_after_busy: bool,
     now: Duration,
     next_resync: Duration,
+    /// The list under way is a resync (see "Timing").
+    resyncing: bool,
+    /// The pass the last reconcile asked for, by then.
+    wake: Option<Duration>,
     failures: u32,
     /// Whether the last failure was the store's (see `fail_on_store`).
     store_failed: bool,
@@ -242,6 +253,8 @@ impl ControllerLoop {
             relist_after_busy: false,
             now: Duration::ZERO,
             next_resync: Duration::MAX,
+            resyncing: false,
+            wake: None,
             failures: 0,
             store_failed: false,
             conflicts: 0,
@@ -367,7 +380,10 @@ impl ControllerLoop {
     pub fn deadline(&self) -> Option<Duration> {
         match self.phase {
             Phase::Waiting { until, .. } => Some(until),
-            Phase::Live => Some(self.next_resync),
+            Phase::Live => Some(
+                self.wake
+                    .map_or(self.next_resync, |w| w.min(self.next_resync)),
+            ),
             _ => None,
         }
     }
@@ -385,7 +401,14 @@ impl ControllerLoop {
                     }
                 };
             }
-            Phase::Live if self.now >= self.next_resync => self.phase = Phase::NeedList,
+            Phase::Live if self.now >= self.next_resync => {
+                self.phase = Phase::NeedList;
+                self.resyncing = true;
+            }
+            Phase::Live if self.wake.is_some_and(|w| self.now >= w) => {
+                self.wake = None;
+                self.dirty = true;
+            }
             _ => {}
         }
     }
@@ -406,6 +429,8 @@ impl ControllerLoop {
             Phase::Live if self.dirty => {
                 self.phase = Phase::Reconciling;
                 self.dirty = false;
+                // This pass may ask again; what the last one asked for is superseded.
+                self.wake = None;
                 self.stats.reconciles += 1;
                 self.planned_on = self.view.clone();
                 Some(Action::Reconcile {
@@ -434,10 +459,19 @@ impl ControllerLoop {
                     .map(|(prefix, scan)| (prefix.clone(), scan.revision.next()))
                     .collect();
                 let facts = scans.into_iter().flat_map(|s| s.facts);
-                self.view = FactView::from_facts(revision, facts);
+                let listed = FactView::from_facts(revision, facts);
+                let resync = std::mem::take(&mut self.resyncing);
+                if resync && !self.dirty && self.view.holds_same_facts(&listed) {
+                    // Nothing was missed: the view (and what the controller derived from it)
+                    // stands, and there is nothing new to plan on.
+                    self.view.set_revision(revision.max(self.view.revision()));
+                    self.stats.quiet_resyncs += 1;
+                } else {
+                    self.view = listed;
+                    self.dirty = true;
+                }
                 self.outbox.push_back(Action::Watch { starts });
                 self.phase = Phase::Live;
-                self.dirty = true;
                 self.relist_after_busy = false;
                 self.next_resync = self.now.saturating_add(self.config.resync_interval);
             }
@@ -499,14 +533,25 @@ impl ControllerLoop {
         }
     }
 
-    /// The result of an [`Action::Reconcile`].
+    /// The result of an [`Action::Reconcile`] (no events, no pass asked for).
     pub fn reconciled(&mut self, result: Result<Vec<Change>, ReconcileFailure>) {
         self.reconciled_with(result, Vec::new());
     }
 
+    /// The result of an [`Action::Reconcile`] as [`reconcile`](super::reconcile) returns it:
+    /// its changes, the [`Event`]s to write with them, and the pass it asked for (see
+    /// "Timing"). Drivers hand every reconcile's result here.
+    pub fn reconciled_step(&mut self, step: super::Reconciled) {
+        if self.phase == Phase::Reconciling && step.result.is_ok() {
+            self.wake = step.requeue.map(|after| self.now.saturating_add(after));
+        }
+        self.reconciled_with(step.result, step.events);
+    }
+
     /// The result of an [`Action::Reconcile`] with the [`Event`]s the controller recorded
     /// ([`ReconcileContext::take_events`](crate::ReconcileContext::take_events)): written in the
-    /// commit of the changes, or not at all.
+    /// commit of the changes, or not at all. No pass asked for: see
+    /// [`reconciled_step`](Self::reconciled_step).
     pub fn reconciled_with(
         &mut self,
         result: Result<Vec<Change>, ReconcileFailure>,

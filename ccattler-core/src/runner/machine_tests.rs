@@ -388,6 +388,67 @@ fn resyncs_every_thirty_seconds() {
     assert_eq!(l.stats().lists, 2);
 }
 
+/// The resync of [`live_loop`] at `at`, listing `in_a` and nothing under `out/`.
+fn resync_listing(l: &mut ControllerLoop, at: Duration, in_a: Fact, revision: u64) {
+    l.tick(at);
+    assert!(matches!(l.next_action(), Some(Action::List { .. })));
+    l.listed(Ok(vec![
+        Scan {
+            revision: Revision(revision),
+            facts: vec![in_a],
+        },
+        Scan {
+            revision: Revision(revision),
+            facts: vec![],
+        },
+    ]));
+    assert!(matches!(l.next_action(), Some(Action::Watch { .. })));
+}
+
+#[test]
+fn a_resync_that_finds_the_facts_already_held_reconciles_nothing() {
+    let mut l = live_loop();
+    expect_reconcile(&mut l);
+    l.reconciled(Ok(vec![]));
+    // Writes elsewhere in the store moved its revision; nothing this loop reads changed.
+    resync_listing(&mut l, Duration::from_secs(30), fact("in/a", "1", 5), 40);
+    assert!(l.next_action().is_none(), "no pass: nothing new to plan on");
+    assert_eq!((l.stats().reconciles, l.stats().quiet_resyncs), (1, 1));
+    assert_eq!(l.view().revision(), Revision(40));
+    assert_eq!(
+        l.deadline(),
+        Some(Duration::from_secs(60)),
+        "the next resync"
+    );
+
+    // A change the watch missed is found by the next resync, and planned on.
+    resync_listing(&mut l, Duration::from_secs(60), fact("in/a", "2", 41), 42);
+    let view = expect_reconcile(&mut l);
+    assert_eq!(view.get("in/a").map(|f| f.mod_revision), Some(Revision(41)));
+    assert_eq!(l.stats().quiet_resyncs, 1);
+}
+
+#[test]
+fn a_pass_asked_for_comes_by_then_without_any_change() {
+    let mut l = live_loop();
+    let view = expect_reconcile(&mut l);
+    l.tick(ms(10));
+    l.reconciled_step(Reconciled {
+        result: Ok(vec![]),
+        events: Vec::new(),
+        requeue: Some(Duration::from_secs(5)),
+    });
+    assert_eq!(l.deadline(), Some(ms(5_010)), "before the resync");
+    l.tick(ms(5_009));
+    assert!(l.next_action().is_none());
+    l.tick(ms(5_010));
+    let again = expect_reconcile(&mut l);
+    assert!(again.holds_same_facts(&view), "on the view as it is");
+    // That pass asks for nothing more: only the resync is left.
+    l.reconciled(Ok(vec![]));
+    assert_eq!(l.deadline(), Some(Duration::from_secs(30)));
+}
+
 #[test]
 fn a_compacted_watch_relists_at_once_and_other_watch_errors_back_off() {
     let mut l = live_loop();

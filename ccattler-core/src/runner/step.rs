@@ -4,10 +4,11 @@
 //! They live here, beside [`ControllerLoop`](super::ControllerLoop), so that the tokio runner,
 //! the testkit's simulation and its harness call the same code: a driver that performs an
 //! [`Action::Reconcile`](super::Action::Reconcile) calls [`reconcile`] and hands what it returns
-//! to [`ControllerLoop::reconciled_with`](super::ControllerLoop::reconciled_with), nothing else.
+//! to [`ControllerLoop::reconciled_step`](super::ControllerLoop::reconciled_step), nothing else.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 
 use crate::{Change, Controller, Event, FactView, Key, KeyError, ReconcileContext};
 
@@ -30,15 +31,18 @@ pub fn commit_marker(controller: &str) -> Result<Key, KeyError> {
     Key::join(COMMIT_MARKERS, [controller])
 }
 
-/// What one reconcile produced: its changes (or why there are none) and the [`Event`]s the
-/// controller recorded, to hand to
-/// [`ControllerLoop::reconciled_with`](super::ControllerLoop::reconciled_with).
+/// What one reconcile produced: its changes (or why there are none), the [`Event`]s the
+/// controller recorded and the pass it asked for, to hand to
+/// [`ControllerLoop::reconciled_step`](super::ControllerLoop::reconciled_step).
 #[derive(Debug)]
 pub struct Reconciled {
     /// The changes, or the error or panic that replaced them.
     pub result: Result<Vec<Change>, ReconcileFailure>,
     /// The events recorded during the reconcile (written with its changes, or not at all).
     pub events: Vec<Event>,
+    /// The pass the controller asked for within this time even if nothing changes
+    /// ([`ReconcileContext::requeue_after`]).
+    pub requeue: Option<Duration>,
 }
 
 /// The reconcile step: calls `controller` on `view` with `ctx`, turning a panic into
@@ -71,11 +75,16 @@ pub fn reconcile(
 ) -> Reconciled {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| controller.reconcile(view, ctx)));
     let events = ctx.take_events();
+    let requeue = ctx.take_requeue();
     let result = match outcome {
         Ok(result) => result.map_err(ReconcileFailure::Error),
         Err(payload) => Err(ReconcileFailure::Panicked(panic_message(&*payload))),
     };
-    Reconciled { result, events }
+    Reconciled {
+        result,
+        events,
+        requeue,
+    }
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

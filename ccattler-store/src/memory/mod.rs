@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     /// The reaper's interval, when the store runs on the system clock.
     reaper_interval: Option<Duration>,
     reaper_started: AtomicBool,
+    /// Events every watch stream has yielded, summed ([`MemoryStore::watch_deliveries`]).
+    delivered: Arc<AtomicU64>,
 }
 
 /// An in-memory [`FactStore`](ccattler_core::FactStore) with etcd's semantics: one global revision, idempotent put,
@@ -119,8 +121,21 @@ impl MemoryStore {
                 next_deadline: AtomicU64::new(u64::MAX),
                 reaper_interval: system.then_some(config.reaper_interval),
                 reaper_started: AtomicBool::new(false),
+                delivered: Arc::new(AtomicU64::new(0)),
             }),
         }
+    }
+
+    /// How many events the store's watch streams have yielded since it was made, summed over
+    /// every watch (open or ended): the cost of fan-out, beside the revisions that writes cost.
+    /// A write seen by ten watchers counts ten.
+    pub fn watch_deliveries(&self) -> u64 {
+        self.shared.delivered.load(Ordering::Relaxed)
+    }
+
+    /// How many watch streams are open now.
+    pub fn watch_count(&self) -> usize {
+        self.shared.state.read().watchers.len()
     }
 
     /// Revokes every lease whose deadline has passed on the store's clock, deleting its keys

@@ -96,6 +96,7 @@ impl MemoryStore {
             self.shared.watch_buffer,
             replay,
             Arc::downgrade(&self.shared),
+            Arc::clone(&self.shared.delivered),
         );
         drop(state);
         wake_all(wake);

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
@@ -128,6 +129,7 @@ impl Watchers {
         cap: usize,
         replay_from: Option<u64>,
         store: Weak<Shared>,
+        delivered: Arc<AtomicU64>,
     ) -> MemoryWatch {
         let id = self.next_id;
         self.next_id += 1;
@@ -157,6 +159,7 @@ impl Watchers {
             min_rev,
             queue,
             store,
+            delivered,
         }
     }
 
@@ -264,6 +267,8 @@ pub struct MemoryWatch {
     min_rev: u64,
     queue: Arc<Mutex<Queue>>,
     store: Weak<Shared>,
+    /// The store's count of events yielded by every watch.
+    delivered: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for MemoryWatch {
@@ -284,6 +289,7 @@ impl Stream for MemoryWatch {
             {
                 let mut queue = this.queue.lock();
                 if let Some(event) = queue.buf.pop_front() {
+                    this.delivered.fetch_add(1, Ordering::Relaxed);
                     return Poll::Ready(Some(Ok(Arc::unwrap_or_clone(event))));
                 }
                 match std::mem::replace(&mut queue.mode, Mode::Done) {
@@ -558,6 +564,27 @@ mod tests {
             Poll::Ready(Some(Err(StoreError::Unavailable { .. })))
         ));
         assert!(matches!(poll_once(&mut watch), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn deliveries_count_what_each_stream_yielded_from_its_buffer_and_from_the_history() {
+        let store = MemoryStore::with_config(MemoryConfig::default().watch_buffer(2));
+        let mut all = block_on(store.watch("", Revision::ZERO)).unwrap();
+        let mut some = block_on(store.watch("a/", Revision::ZERO)).unwrap();
+        for k in ["a/1", "b/1", "a/2", "b/2", "a/3"] {
+            put(&store, k, "x");
+        }
+        assert_eq!(store.watch_deliveries(), 0, "nothing yielded yet");
+        assert_eq!(
+            drain(&mut all).len(),
+            5,
+            "two buffered, three from the history"
+        );
+        assert_eq!(drain(&mut some).len(), 3);
+        assert_eq!(store.watch_deliveries(), 8);
+        assert_eq!(store.watch_count(), 2);
+        drop(all);
+        assert_eq!(store.watch_count(), 1);
     }
 
     #[test]

@@ -25,26 +25,8 @@ use super::world::{Event, Input, Request, World};
 /// The wall-clock time virtual time zero stands for, as controllers see it.
 pub const EPOCH: Duration = Duration::from_secs(1_700_000_000);
 
-/// How long the runtime takes to answer, and the least a reconcile takes.
+/// The least the runtime takes to answer.
 const COMPUTE: Duration = Duration::from_millis(1);
-
-/// What a reconcile costs in virtual time beyond its 1 ms, per fact of the view it reads
-/// and per change it proposes. Zero for now, so a reconcile costs 1 ms whatever it reads:
-/// `sim_figures` prints the real time the run's reconciles took (at 10,000 instances on 1,000
-/// nodes, 150 to 170 ns per fact read in a release build). Charging that (150 ns per fact, 5 us
-/// per change) found a fault of the runner (changes guarded by a view that events had moved
-/// during the pass: one identity on two nodes, now fixed) and leaves one generated workload
-/// with three replicas unconverged (`cca chaos --generate --replicas 3 --seed 781314`: three
-/// instances never placed after a leader change), to be understood before the model is on.
-pub const COST_PER_FACT: Duration = Duration::ZERO;
-/// See [`COST_PER_FACT`].
-pub const COST_PER_CHANGE: Duration = Duration::ZERO;
-
-/// What a reconcile of a view of `facts` facts proposing `changes` changes is charged.
-fn reconcile_cost(facts: usize, changes: usize) -> Duration {
-    let per = |unit: Duration, n: usize| unit.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
-    COMPUTE + per(COST_PER_FACT, facts) + per(COST_PER_CHANGE, changes)
-}
 
 /// One controller under its loop.
 pub(crate) struct ControllerActor {
@@ -67,6 +49,8 @@ pub(crate) struct ControllerActor {
     pub wake: Option<Duration>,
     /// The view its last reconcile read (its commit was planned on it).
     pub read: ccattler_core::FactView,
+    /// The control-plane server whose cores its reconciles run on.
+    pub server: usize,
 }
 
 impl ControllerActor {
@@ -95,6 +79,7 @@ impl ControllerActor {
             watch_generation: 0,
             wake: None,
             read: ccattler_core::FactView::new(),
+            server: 0,
         }
     }
 
@@ -172,6 +157,9 @@ pub(crate) struct NodeActor {
     pub told_to_stop: std::collections::BTreeMap<String, Duration>,
     /// Until when its runtime answers with a stale observation (the stale-observation fault).
     pub stale_until: Duration,
+    /// Until when its agent is busy with the actions it handed out (each leaves once the ones
+    /// before it are done).
+    pub busy_until: Duration,
 }
 
 impl NodeActor {
@@ -194,6 +182,7 @@ impl NodeActor {
             heard: ccattler_core::Revision::ZERO,
             told_to_stop: std::collections::BTreeMap::new(),
             stale_until: Duration::ZERO,
+            busy_until: Duration::ZERO,
         }
     }
 
@@ -224,6 +213,21 @@ impl NodeActor {
         self.incarnation += 1;
         self.watch_generation += 1;
         self.wake = None;
+    }
+}
+
+/// The keys an agent's action writes, deletes or names: what its cost grows with.
+fn keys_named(action: &AgentAction) -> usize {
+    match action {
+        AgentAction::Report {
+            puts,
+            deletes,
+            events,
+            event_deletes,
+            ..
+        } => puts.len() + deletes.len() + events.len() + event_deletes.len(),
+        AgentAction::FetchSecrets { keys } => keys.len(),
+        _ => 1,
     }
 }
 
@@ -339,11 +343,18 @@ impl World {
                     let mut ctx = ReconcileContext::new(at, &mut c.ids);
                     let started = std::time::Instant::now();
                     let step = ccattler_core::runner::reconcile(&*controller, &view, &mut ctx);
+                    let measured = started.elapsed();
                     let changes = step.result.as_ref().map_or(0, Vec::len);
-                    let cost = reconcile_cost(view.len(), changes);
-                    let incarnation = c.incarnation;
-                    self.compute.record(view.len(), cost, started.elapsed());
-                    self.answer(actor, incarnation, cost, Input::Reconciled(step));
+                    let cost = self.work.reconcile_cost(view.len(), changes);
+                    let (incarnation, server) = (c.incarnation, c.server);
+                    // It runs once one of its server's cores is free, and is heard of when done.
+                    let (start, done) = match self.servers.get_mut(server) {
+                        Some(cores) => cores.run(now, cost),
+                        None => (now, now + cost),
+                    };
+                    self.compute
+                        .reconciled(view.len(), cost, start - now, measured);
+                    self.answer(actor, incarnation, done - now, Input::Reconciled(step));
                 }
                 Action::Commit { txn } => {
                     let read = c.read.clone();
@@ -383,6 +394,7 @@ impl World {
             let Some(machine) = n.machine.as_mut() else {
                 return;
             };
+            let started = std::time::Instant::now();
             machine.tick(now);
             let Some(action) = machine.next_action() else {
                 return;
@@ -390,6 +402,16 @@ impl World {
             if !matches!(action, AgentAction::SaveCache { .. }) {
                 self.trace.line(now, &n.name, &action);
             }
+            // The agent hands its actions out one after the other: this one leaves once the
+            // ones before it are done. Saving the cache and keeping the lease happen apart
+            // from the loop (on a writer thread, on the keeper's), so they cost it nothing.
+            let cost = match action.lane() {
+                Lane::Local | Lane::Lease => Duration::ZERO,
+                Lane::Store | Lane::Runtime => self.work.agent_cost(keys_named(&action)),
+            };
+            n.busy_until = n.busy_until.max(now) + cost;
+            let busy = n.busy_until - now;
+            self.compute.agent_acted(cost, started.elapsed());
             match action {
                 AgentAction::Watch { prefix, from } => {
                     self.subs.close_actor(actor);
@@ -421,7 +443,7 @@ impl World {
                 }
                 AgentAction::RuntimeFailed { .. } => {}
                 action if action.lane() == Lane::Store => {
-                    self.send(actor, Request::Agent(action));
+                    self.send_after(actor, busy, Request::Agent(action));
                 }
                 AgentAction::EnsureStopped { id, grace, reason } => {
                     if matches!(reason, StopReason::Asked | StopReason::Unplaced)
@@ -432,7 +454,7 @@ impl World {
                         self.violate(broken);
                     }
                     let action = AgentAction::EnsureStopped { id, grace, reason };
-                    self.run_on_node(actor, action);
+                    self.run_on_node(actor, busy, action);
                 }
                 AgentAction::EnsureRunning { spec } => {
                     let here = n.name.clone();
@@ -451,18 +473,19 @@ impl World {
                         self.violate((Invariant::RunsOnce, detail));
                     }
                     if delay.is_zero() {
-                        self.run_on_node(actor, AgentAction::EnsureRunning { spec });
+                        self.run_on_node(actor, busy, AgentAction::EnsureRunning { spec });
                     } else {
-                        self.start_slowly(actor, spec, delay);
+                        self.start_slowly(actor, spec, busy + delay);
                     }
                 }
-                action => self.run_on_node(actor, action),
+                action => self.run_on_node(actor, busy, action),
             }
         }
     }
 
-    /// Performs a runtime action on the node's simulator; its result returns in 1 to 5 ms.
-    fn run_on_node(&mut self, actor: usize, action: AgentAction) {
+    /// Performs a runtime action on the node's simulator; its result returns in 1 to 5 ms after
+    /// the agent's `busy` time.
+    fn run_on_node(&mut self, actor: usize, busy: Duration, action: AgentAction) {
         let Actor::Node(n) = &self.actors[actor] else {
             return;
         };
@@ -470,7 +493,7 @@ impl World {
             .now_or_never()
             .flatten();
         let incarnation = n.incarnation;
-        let delay = COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
+        let delay = busy + COMPUTE + Duration::from_millis(self.rng.random_range(0..=4));
         if let Some(outcome) = outcome {
             self.answer(actor, incarnation, delay, Input::Agent(outcome));
         }
@@ -549,9 +572,7 @@ impl World {
     pub(crate) fn feed(&mut self, actor: usize, input: Input) {
         match (&mut self.actors[actor], input) {
             (Actor::Controller(c), Input::Listed(result)) => c.machine.listed(result),
-            (Actor::Controller(c), Input::Reconciled(step)) => {
-                c.machine.reconciled_with(step.result, step.events)
-            }
+            (Actor::Controller(c), Input::Reconciled(step)) => c.machine.reconciled_step(step),
             (Actor::Controller(c), Input::Committed(result)) => c.machine.committed(result),
             (Actor::Controller(c), Input::FencesChecked(result)) => {
                 c.machine.fences_checked(result)
@@ -578,6 +599,7 @@ impl World {
         let name = self.actors[actor].name().to_owned();
         match &item {
             Some(Ok(event)) => {
+                self.delivered += 1;
                 self.trace.line(
                     self.now,
                     &name,

@@ -190,6 +190,19 @@ impl Checker {
         }
     }
 
+    /// Whether every declared service has its effective count of instances of the version in
+    /// force, wanted and ready on live nodes, as of the last step (O(services): from the tally).
+    pub(crate) fn all_ready(&self) -> bool {
+        self.cluster.services.keys().all(|service| {
+            let Some(effective) = self.cluster.effective.get(service) else {
+                return false;
+            };
+            let totals = self.tally.of(service);
+            let count = effective.instances as usize;
+            totals.current_ready == count && totals.wanted == count
+        })
+    }
+
     /// A controller's watch lost an event without breaking, at `now`: see
     /// [`SILENT_LOSS_GRACE`].
     pub(crate) fn silently_lost(&mut self, now: Duration) {

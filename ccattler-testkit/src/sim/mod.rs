@@ -35,14 +35,17 @@
 //!
 //! - **Messages.** A request to the store (a list, a commit, an agent's registration, fetch,
 //!   renewal or report) takes 1 to 5 ms to arrive, is executed on arrival, and its answer takes
-//!   1 to 5 ms back. A watch event takes 1 to 5 ms to reach its watcher, never overtaking the
-//!   one before it. A watch is opened at once. An agent's lease is renewed every third of its
-//!   TTL on a schedule of its own (as its keeper does), whatever the agent is doing.
-//! - **Work.** A reconcile takes 1 ms plus [`COST_PER_FACT`] per fact of the view it reads and
-//!   [`COST_PER_CHANGE`] per change it proposes, both zero for now (see their docs): a pass
-//!   costs 1 ms whatever it reads, so a seed does not show what waits behind a long pass. The
-//!   run's [`Compute`] holds what was charged beside the real time the reconciles took. An
-//!   agent's own pass costs nothing; a runtime operation 1 to 5 ms; a start, as long as
+//!   1 to 5 ms back. A watch's events of one revision travel together, as one message (as
+//!   etcd sends them), in 1 to 5 ms, never overtaking the message before them; the watcher
+//!   takes them all in before it acts. A watch is opened at once. An agent's lease is renewed
+//!   every third of its TTL on a schedule of its own (as its keeper does), whatever the agent
+//!   is doing.
+//! - **Work.** Work costs virtual time in proportion to what it handles ([`WorkModel`]): a
+//!   reconcile 1 ms plus 200 ns per fact of the view it reads and 5 us per change it proposes,
+//!   on one of its server's two cores (it waits while both are busy, so a long pass delays the
+//!   others); an agent's action 20 us plus 2 us per key, one action at a time per agent. The
+//!   run's [`Compute`] holds what was charged beside the real time the same work took, and how
+//!   long reconciles waited for a core. A runtime operation takes 1 to 5 ms; a start, as long as
 //!   [`start_delay`](SimulationBuilder::start_delay) or
 //!   [`slow_image`](SimulationBuilder::slow_image) says (none by default), during which the
 //!   agent's start of that instance is in flight and its other instances go on.
@@ -82,6 +85,8 @@
 //! | `trace.rs` | [`Trace`] |
 //! | `chaos.rs` | [`Chaos`]: many seeds on several threads, and their [`Summary`] |
 //! | `shrink.rs` | [`shrink`]: a failing run reduced to the faults and the workload it needs |
+//! | `script.rs` | scripted runs: a document applied or a node crashed while it runs, and what it cost |
+//! | `work.rs` | [`WorkModel`]: what work costs in virtual time, and the cores it waits for |
 //! | `queue.rs` | the agenda |
 
 mod actors;
@@ -94,14 +99,16 @@ mod queue;
 mod replicas;
 mod report;
 mod requests;
+mod script;
 mod shrink;
 mod simulation;
 mod stops;
 mod tally;
 mod trace;
+mod work;
 mod world;
 
-pub use actors::{COST_PER_CHANGE, COST_PER_FACT, EPOCH};
+pub use actors::EPOCH;
 pub use chaos::{Chaos, Run, Summary};
 pub use check::{
     ENDPOINT_GRACE, EXCESS_GRACE, Invariant, SILENT_LOSS_GRACE, STOP_BOUND, Violation,
@@ -112,6 +119,7 @@ pub use report::{Compute, Report};
 pub use shrink::shrink;
 pub use simulation::Simulation;
 pub use trace::{Keep, Trace};
+pub use work::WorkModel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,6 +149,7 @@ pub(crate) type MakeController = Arc<dyn Fn() -> Arc<dyn Controller> + Send + Sy
 /// | [`settle`](Self::settle) | 120 s: the convergence bound after the last fault |
 /// | [`lease_ttl`](Self::lease_ttl) | 10 s |
 /// | [`keep`](Self::keep) | the last 200 trace lines |
+/// | [`work`](Self::work) | [`WorkModel::default`]: work costs its time, two cores a server |
 #[derive(Clone)]
 #[must_use]
 pub struct SimulationBuilder {
@@ -163,6 +172,7 @@ pub struct SimulationBuilder {
     lease_ttl: Duration,
     loop_config: LoopConfig,
     keep: Keep,
+    work: WorkModel,
 }
 
 impl std::fmt::Debug for SimulationBuilder {
@@ -303,6 +313,13 @@ impl SimulationBuilder {
     /// Sets the controller loops' timing.
     pub fn loop_config(mut self, config: LoopConfig) -> Self {
         self.loop_config = config;
+        self
+    }
+
+    /// Sets what work costs in virtual time and how many cores each server has
+    /// ([`WorkModel::free`] for work that costs nothing).
+    pub fn work(mut self, work: WorkModel) -> Self {
+        self.work = work;
         self
     }
 

@@ -5,8 +5,9 @@ use std::time::Duration;
 use super::faults::{FaultKind, Schedule};
 use super::{Trace, Violation};
 
-/// What the controllers' reconciles of a run cost: the virtual time the simulation charged
-/// them (a model in proportion to what each reads and proposes) and the real time they took.
+/// What the work of a run cost: the virtual time the simulation charged it (its
+/// [`WorkModel`](super::WorkModel)), the real time the same work took, and how long reconciles
+/// waited for a core of their server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Compute {
@@ -18,14 +19,38 @@ pub struct Compute {
     pub charged: Duration,
     /// Real time they took (varies from run to run; nothing in the run depends on it).
     pub measured: Duration,
+    /// Virtual time they waited for a core, summed: work queued behind other work.
+    pub waited: Duration,
+    /// The longest a reconcile waited for a core.
+    pub longest_wait: Duration,
+    /// Actions the agents handed out.
+    pub agent_actions: u64,
+    /// Virtual time charged for them.
+    pub agent_charged: Duration,
+    /// Real time the agents' loops took to hand them out.
+    pub agent_measured: Duration,
 }
 
 impl Compute {
-    pub(crate) fn record(&mut self, facts: usize, charged: Duration, measured: Duration) {
+    pub(crate) fn reconciled(
+        &mut self,
+        facts: usize,
+        charged: Duration,
+        waited: Duration,
+        measured: Duration,
+    ) {
         self.reconciles += 1;
         self.facts_read += facts as u64;
         self.charged += charged;
         self.measured += measured;
+        self.waited += waited;
+        self.longest_wait = self.longest_wait.max(waited);
+    }
+
+    pub(crate) fn agent_acted(&mut self, charged: Duration, measured: Duration) {
+        self.agent_actions += 1;
+        self.agent_charged += charged;
+        self.agent_measured += measured;
     }
 }
 
@@ -51,7 +76,7 @@ pub struct Report {
     pub violation: Option<Violation>,
     /// Events handled.
     pub steps: u64,
-    /// What the controllers' reconciles cost.
+    /// What the work of the run cost.
     pub compute: Compute,
     /// The trace (as much as was kept).
     pub trace: Trace,

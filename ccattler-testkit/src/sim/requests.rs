@@ -34,9 +34,9 @@ impl World {
                 Event::Deliver {
                     actor,
                     generation,
-                    item: Some(Err(StoreError::unavailable(
+                    items: vec![Some(Err(StoreError::unavailable(
                         "the control plane is unreachable",
-                    ))),
+                    )))],
                 },
             );
         }

@@ -21,7 +21,7 @@ use crate::cluster::Snapshot;
 
 /// A seeded run of the whole cluster. See the [module docs](super).
 pub struct Simulation {
-    world: World,
+    pub(super) world: World,
     seed: u64,
     schedule: Schedule,
     /// When the last fault, outage or scripted step is over.
@@ -65,6 +65,7 @@ impl Simulation {
             lease_ttl: Duration::from_secs(10),
             loop_config: LoopConfig::default(),
             keep: Keep::Last(200),
+            work: super::WorkModel::default(),
         }
     }
 
@@ -75,7 +76,12 @@ impl Simulation {
         let documents = std::iter::once(builder.desired.clone())
             .chain(builder.later.iter().map(|(_, d)| d.clone()))
             .collect();
-        let mut world = World::new(SmallRng::seed_from_u64(rng.random()), trace, documents);
+        let mut world = World::new(
+            SmallRng::seed_from_u64(rng.random()),
+            trace,
+            documents,
+            builder.work.clone(),
+        );
         world.trace.line(
             world.now,
             "sim",
@@ -106,6 +112,7 @@ impl Simulation {
                     limit,
                     events_lease,
                 );
+                actor.server = r;
                 if elected {
                     actor.name = format!("runner-{}/{}", r + 1, actor.name);
                     actor.active = false;

@@ -69,11 +69,12 @@ pub(crate) enum Event {
         incarnation: u64,
         input: Input,
     },
-    /// A watch event (or the watch's end) reaches its actor.
+    /// Watch events of one revision (one message, as etcd sends them), or the watch's end,
+    /// reach their actor: it takes them all in before it acts.
     Deliver {
         actor: usize,
         generation: u64,
-        item: Option<Result<WatchEvent, StoreError>>,
+        items: Vec<Option<Result<WatchEvent, StoreError>>>,
     },
     /// The user applies a document (an index into the world's documents).
     Apply(usize),
@@ -108,6 +109,35 @@ pub(crate) enum Event {
     },
 }
 
+/// Watch events on their way to an actor together.
+struct Message {
+    sub: usize,
+    actor: usize,
+    generation: u64,
+    /// The revision its events are of (`None` for a watch's end).
+    revision: Option<ccattler_core::Revision>,
+    at: Duration,
+    items: Vec<Option<Result<WatchEvent, StoreError>>>,
+}
+
+impl Message {
+    fn new(
+        item: &super::net::Item,
+        revision: Option<ccattler_core::Revision>,
+        at: Duration,
+        first: Option<Result<WatchEvent, StoreError>>,
+    ) -> Self {
+        Message {
+            sub: item.sub,
+            actor: item.actor,
+            generation: item.generation,
+            revision,
+            at,
+            items: first.map(|f| vec![Some(f)]).unwrap_or_default(),
+        }
+    }
+}
+
 /// A window during which a fault is in force.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Window {
@@ -137,7 +167,13 @@ pub(crate) struct World {
     /// Messages to and from the store take this long at least.
     pub base_latency: (u64, u64),
     pub steps: u64,
-    /// What the controllers' reconciles cost: charged in virtual time, and taken in real time.
+    /// What work costs in virtual time.
+    pub work: super::WorkModel,
+    /// Watch events delivered to actors.
+    pub delivered: u64,
+    /// The cores of each control-plane server (the one runner, or each replica).
+    pub servers: Vec<super::work::Cores>,
+    /// What work cost: charged in virtual time, and taken in real time.
     pub compute: Compute,
     pub fatal: Option<String>,
     pub checker: Checker,
@@ -150,7 +186,12 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(rng: SmallRng, trace: Trace, documents: Vec<DesiredFacts>) -> Self {
+    pub(crate) fn new(
+        rng: SmallRng,
+        trace: Trace,
+        documents: Vec<DesiredFacts>,
+        work: super::WorkModel,
+    ) -> Self {
         let clock = ManualClock::new();
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
@@ -173,6 +214,9 @@ impl World {
             fired: FaultKind::ALL.iter().map(|k| (*k, 0)).collect(),
             base_latency: (1, 5),
             steps: 0,
+            work,
+            delivered: 0,
+            servers: Vec::new(),
             compute: Compute::default(),
             fatal: None,
         }
@@ -263,10 +307,12 @@ impl World {
             Event::Deliver {
                 actor,
                 generation,
-                item,
+                items,
             } => {
                 if self.actors[actor].watch_generation() == Some(generation) {
-                    self.deliver(actor, item);
+                    for item in items {
+                        self.deliver(actor, item);
+                    }
                     self.step_actor(actor);
                 }
             }
@@ -346,10 +392,16 @@ impl World {
 
     /// Sends a request from `actor` to the store.
     pub(crate) fn send(&mut self, actor: usize, request: Request) {
+        self.send_after(actor, Duration::ZERO, request);
+    }
+
+    /// Sends a request from `actor` to the store once `busy` has passed (the work of making
+    /// it).
+    pub(crate) fn send_after(&mut self, actor: usize, busy: Duration, request: Request) {
         let Some(incarnation) = self.actors[actor].incarnation() else {
             return;
         };
-        let mut delay = self.latency(actor);
+        let mut delay = busy + self.latency(actor);
         if self.window(FaultKind::SlowStorage).is_some() {
             delay += Duration::from_millis(self.rng.random_range(50..=500));
         }
@@ -391,8 +443,10 @@ impl World {
         Ok(())
     }
 
-    /// Polls the woken watches and schedules their deliveries.
+    /// Polls the woken watches and schedules their deliveries: the events of one revision to
+    /// one watch travel together, in one message.
     fn pump(&mut self) {
+        let mut message: Option<Message> = None;
         for item in self.subs.poll_ready() {
             let Some(actor) = self.actors.get(item.actor) else {
                 continue;
@@ -400,26 +454,24 @@ impl World {
             if actor.watch_generation() != Some(item.generation) {
                 continue;
             }
+            let revision = match &item.item {
+                Some(Ok(event)) => Some(event.revision()),
+                _ => None,
+            };
             let lost = self
                 .windows
                 .iter()
                 .any(|w| w.kind == FaultKind::LostMessages && w.actor == Some(item.actor));
-            if lost && item.item.as_ref().is_some_and(Result::is_ok) && self.rng.random_bool(0.2) {
+            if lost && revision.is_some() && self.rng.random_bool(0.2) {
                 let name = actor.name().to_owned();
                 if self.rng.random_bool(0.5) {
                     self.trace
                         .line(self.now, &name, "watch event lost; the watch breaks");
                     self.subs.close(item.sub);
-                    let at = self.now + self.latency(item.actor);
-                    let at = self.subs.delivery_time(item.sub, at);
-                    self.agenda.push(
-                        at,
-                        Event::Deliver {
-                            actor: item.actor,
-                            generation: item.generation,
-                            item: Some(Err(StoreError::unavailable("connection lost (simulated)"))),
-                        },
-                    );
+                    self.send_message(message.take());
+                    let broken = Some(Err(StoreError::unavailable("connection lost (simulated)")));
+                    let at = self.delivery(item.sub, item.actor);
+                    message = Some(Message::new(&item, None, at, broken));
                 } else {
                     if matches!(actor, Actor::Controller(_)) {
                         self.checker.silently_lost(self.now);
@@ -430,28 +482,41 @@ impl World {
                 continue;
             }
             let twice = self.window(FaultKind::DuplicateEvents).is_some()
-                && item.item.as_ref().is_some_and(Result::is_ok)
+                && revision.is_some()
                 && self.rng.random_bool(0.33);
-            if twice && let Some(Ok(event)) = &item.item {
-                let at = self.now + self.latency(item.actor);
-                let at = self.subs.delivery_time(item.sub, at);
-                self.agenda.push(
-                    at,
-                    Event::Deliver {
-                        actor: item.actor,
-                        generation: item.generation,
-                        item: Some(Ok(event.clone())),
-                    },
-                );
+            let joins = message.as_ref().is_some_and(|m| {
+                m.sub == item.sub && m.revision.is_some() && m.revision == revision
+            });
+            if !joins {
+                self.send_message(message.take());
+                let at = self.delivery(item.sub, item.actor);
+                message = Some(Message::new(&item, revision, at, None));
             }
-            let at = self.now + self.latency(item.actor);
-            let at = self.subs.delivery_time(item.sub, at);
+            if let Some(m) = message.as_mut() {
+                if twice && let Some(Ok(event)) = &item.item {
+                    m.items.push(Some(Ok(event.clone())));
+                }
+                m.items.push(item.item);
+            }
+        }
+        self.send_message(message);
+    }
+
+    /// When a message sent now to `actor` on watch `sub` arrives: after the network's delay,
+    /// never before the watch's previous one.
+    fn delivery(&mut self, sub: usize, actor: usize) -> Duration {
+        let at = self.now + self.latency(actor);
+        self.subs.delivery_time(sub, at)
+    }
+
+    fn send_message(&mut self, message: Option<Message>) {
+        if let Some(m) = message {
             self.agenda.push(
-                at,
+                m.at,
                 Event::Deliver {
-                    actor: item.actor,
-                    generation: item.generation,
-                    item: item.item,
+                    actor: m.actor,
+                    generation: m.generation,
+                    items: m.items,
                 },
             );
         }
@@ -476,6 +541,9 @@ impl World {
     }
 
     pub(crate) fn add_controller(&mut self, actor: ControllerActor) -> usize {
+        while self.servers.len() <= actor.server {
+            self.servers.push(super::work::Cores::new(self.work.cores));
+        }
         self.actors.push(Actor::Controller(Box::new(actor)));
         self.actors.len() - 1
     }

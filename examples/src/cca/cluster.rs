@@ -277,6 +277,24 @@ impl DevCluster {
         apply::apply_file(&self.store, file, ApplyOptions::default()).await
     }
 
+    /// Crashes the agent of node `nN` (1-based `n`), as if its machine died: it stops where it
+    /// stands, without deregistering, and its lease lapses after the TTL (3 s), so the
+    /// controllers replace its instances elsewhere. With the process runtime its workloads keep
+    /// running until [`shutdown`](Self::shutdown) stops them. Returns false when there is no
+    /// such node or it has crashed already.
+    pub fn crash_node(&mut self, n: u32) -> bool {
+        let Some(index) = n.checked_sub(1).map(|i| i as usize) else {
+            return false;
+        };
+        match self.agents.get(index) {
+            Some((_, task)) if !task.is_finished() => {
+                task.abort();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Waits until a part of the cluster fails, and says which and why.
     pub async fn failure(&mut self) -> String {
         match self.failures.recv().await {

@@ -20,7 +20,8 @@ pub struct ServiceRow {
     pub name: String,
     /// Instances that should run: the effective count (the declared one until it is resolved).
     pub desired: u32,
-    /// Instances assigned to a node and meant to run.
+    /// Instances assigned to a live node and meant to run (one held on a dead node, not yet
+    /// stopped there, is not counted).
     pub placed: u32,
     /// Instances running (current version).
     pub running: u32,
@@ -129,6 +130,8 @@ pub struct StatusFollower<S: FactStore> {
     watch: Option<S::Watch>,
     tally: Tally,
     first: bool,
+    /// Changes read from the watch so far.
+    read: u64,
 }
 
 impl<S: FactStore + Clone> StatusFollower<S> {
@@ -146,6 +149,7 @@ impl<S: FactStore + Clone> StatusFollower<S> {
             watch: Some(watch),
             tally: Tally::scan(store).await?,
             first: true,
+            read: 0,
         })
     }
 
@@ -167,6 +171,18 @@ impl<S: FactStore + Clone> StatusFollower<S> {
         Ok(self.tally.status())
     }
 
+    /// The status as of the last change read, without waiting.
+    pub fn last(&self) -> ClusterStatus {
+        self.tally.status()
+    }
+
+    /// How many changes it has read from its watch (a watch of the whole store): the keys
+    /// written since it started, unless its watch fell behind the store's history and it
+    /// scanned again.
+    pub fn changes_read(&self) -> u64 {
+        self.read
+    }
+
     async fn wait_for_change(&mut self) -> Result<(), StoreError> {
         let watch = match self.watch.as_mut() {
             Some(watch) => watch,
@@ -179,6 +195,7 @@ impl<S: FactStore + Clone> StatusFollower<S> {
         match watch.next().await {
             Some(Ok(event)) => {
                 self.tally.apply(&event);
+                self.read += 1;
                 // Take whatever else is already there: one status for the whole batch.
                 self.take_ready();
             }
@@ -196,7 +213,10 @@ impl<S: FactStore + Clone> StatusFollower<S> {
         };
         loop {
             match watch.next().now_or_never() {
-                Some(Some(Ok(event))) => self.tally.apply(&event),
+                Some(Some(Ok(event))) => {
+                    self.tally.apply(&event);
+                    self.read += 1;
+                }
                 Some(Some(Err(_)) | None) => {
                     self.watch = None;
                     return;

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ccattler_core::schema::{
-    self, Assignment, DesiredState, EffectiveService, RebalanceMove, ServiceSpec, ServiceStatus,
-    Unschedulable,
+    self, Assignment, DesiredState, EffectiveService, RebalanceMove, RecordKey, ServiceSpec,
+    ServiceStatus, Unschedulable,
 };
 use ccattler_core::{EventKind, Fact, FactStore, Key, Revision, StoreError, WatchEvent};
 use serde::de::DeserializeOwned;
@@ -33,14 +33,20 @@ pub(super) struct Tally {
     effective: BTreeMap<String, EffectiveService>,
     status: BTreeMap<String, ServiceStatus>,
     moves: BTreeMap<String, RebalanceMove>,
-    /// Placements meant to run, by key: their service.
-    placements: HashMap<Key, String>,
+    /// Placements meant to run, by key: their node and service.
+    placements: HashMap<Key, (String, String)>,
+    /// Placements meant to run per node, by service.
+    by_node: HashMap<String, BTreeMap<String, u32>>,
+    /// Placements meant to run on live nodes (those holding a lease), by service. One on a
+    /// dead node is held there (not replaced twice, stopped once its node is back) and does
+    /// not count: a service whose replacement of it runs is settled.
     placed: BTreeMap<String, u32>,
     /// Unplaced instances by key: their service and the scheduler's reason.
     unplaced: HashMap<Key, (String, String)>,
     /// Per service, each distinct reason and how many instances it holds back.
     reasons: BTreeMap<String, BTreeMap<String, u32>>,
-    nodes: BTreeSet<Key>,
+    /// Live nodes, by name.
+    nodes: BTreeSet<String>,
 }
 
 impl Tally {
@@ -102,9 +108,15 @@ impl Tally {
             schema::PLACEMENTS => {
                 if let Some(a) = decoded::<Assignment>(fact)
                     && a.state == DesiredState::Running
+                    && let Some(RecordKey::Placement { node, .. }) = RecordKey::parse(&fact.key)
                 {
-                    *self.placed.entry(a.service.clone()).or_default() += 1;
-                    self.placements.insert(fact.key.clone(), a.service);
+                    let per_node = self.by_node.entry(node.to_owned()).or_default();
+                    *per_node.entry(a.service.clone()).or_default() += 1;
+                    if self.nodes.contains(node) {
+                        *self.placed.entry(a.service.clone()).or_default() += 1;
+                    }
+                    self.placements
+                        .insert(fact.key.clone(), (node.to_owned(), a.service));
                 }
             }
             schema::UNSCHEDULABLE => {
@@ -116,7 +128,13 @@ impl Tally {
                 }
             }
             _ => {
-                self.nodes.insert(fact.key.clone());
+                if let Some(RecordKey::NodeLease(node)) = RecordKey::parse(&fact.key)
+                    && self.nodes.insert(node.to_owned())
+                {
+                    for (service, n) in self.by_node.get(node).into_iter().flatten() {
+                        *self.placed.entry(service.clone()).or_default() += n;
+                    }
+                }
             }
         }
     }
@@ -137,22 +155,36 @@ impl Tally {
                 self.moves.remove(name());
             }
             schema::PLACEMENTS => {
-                if let Some(service) = self.placements.remove(key) {
-                    count_down(&mut self.placed, &service);
+                if let Some((node, service)) = self.placements.remove(key) {
+                    if self.nodes.contains(&node) {
+                        count_down(&mut self.placed, &service, 1);
+                    }
+                    if let Some(per_node) = self.by_node.get_mut(&node) {
+                        count_down(per_node, &service, 1);
+                        if per_node.is_empty() {
+                            self.by_node.remove(&node);
+                        }
+                    }
                 }
             }
             schema::UNSCHEDULABLE => {
                 if let Some((service, reason)) = self.unplaced.remove(key)
                     && let Some(reasons) = self.reasons.get_mut(&service)
                 {
-                    count_down(reasons, &reason);
+                    count_down(reasons, &reason, 1);
                     if reasons.is_empty() {
                         self.reasons.remove(&service);
                     }
                 }
             }
             _ => {
-                self.nodes.remove(key);
+                if let Some(RecordKey::NodeLease(node)) = RecordKey::parse(key)
+                    && self.nodes.remove(node)
+                {
+                    for (service, n) in self.by_node.get(node).into_iter().flatten() {
+                        count_down(&mut self.placed, service, *n);
+                    }
+                }
             }
         }
     }
@@ -209,9 +241,9 @@ fn decoded<T: DeserializeOwned>(fact: &Fact) -> Option<T> {
 }
 
 /// One less of `name`, forgetting it at zero.
-fn count_down(counts: &mut BTreeMap<String, u32>, name: &str) {
+fn count_down(counts: &mut BTreeMap<String, u32>, name: &str, by: u32) {
     if let Some(count) = counts.get_mut(name) {
-        *count = count.saturating_sub(1);
+        *count = count.saturating_sub(by);
         if *count == 0 {
             counts.remove(name);
         }
@@ -257,6 +289,7 @@ mod tests {
         let mut follower = StatusFollower::new(&store).await?;
         assert_eq!(follower.next().await?, ClusterStatus::read(&store).await?);
         let steps: Vec<(Key, Option<Vec<u8>>)> = vec![
+            (keys::node_lease("n1")?, Some(b"{}".to_vec())),
             (keys::service("db")?, Some(spec("db", 1))),
             (
                 keys::effective("web")?,
@@ -295,7 +328,13 @@ mod tests {
                 keys::service_status("web")?,
                 Some(br#"{"desired":2,"present":2,"running":2,"ready":2}"#.to_vec()),
             ),
-            (keys::node_lease("n1")?, Some(b"{}".to_vec())),
+            // A placement on a node without a lease counts only while the node lives.
+            (
+                keys::placement("n2", "web-5")?,
+                Some(placed("web", "running")),
+            ),
+            (keys::node_lease("n2")?, Some(b"{}".to_vec())),
+            (keys::node_lease("n2")?, None),
             (keys::placement("n1", "db-0")?, Some(b"not json".to_vec())),
             (keys::placement("n1", "web-1")?, None),
             (keys::service("db")?, None),
@@ -319,26 +358,32 @@ mod tests {
         let row = |status: &ClusterStatus, name: &str| {
             status.services.iter().find(|r| r.name == name).cloned()
         };
-        let web = row(&seen[4], "web").expect("web");
+        let web = row(&seen[5], "web").expect("web");
         assert_eq!((web.desired, web.placed), (2, 2), "two running placements");
-        assert_eq!(row(&seen[4], "db").map(|r| r.placed), Some(1));
+        assert_eq!(row(&seen[5], "db").map(|r| r.placed), Some(1));
         assert_eq!(
-            row(&seen[5], "web").map(|r| r.placed),
+            row(&seen[6], "web").map(|r| r.placed),
             Some(1),
             "a stopped one"
         );
-        let web = row(&seen[7], "web").expect("web");
+        let web = row(&seen[8], "web").expect("web");
         assert_eq!(
             (web.unplaced, web.reasons.clone()),
             (2, vec!["no room".to_owned()])
         );
         assert_eq!(
-            row(&seen[8], "web").map(|r| r.unplaced),
+            row(&seen[9], "web").map(|r| r.unplaced),
             Some(1),
             "one moved to db"
         );
-        assert_eq!(row(&seen[8], "db").map(|r| r.unplaced), Some(1));
-        assert_eq!(seen[11].nodes, 1);
+        assert_eq!(row(&seen[9], "db").map(|r| r.unplaced), Some(1));
+        let placed = |i: usize| row(&seen[i], "web").map(|r| r.placed);
+        assert_eq!(
+            (placed(12), placed(13), placed(14)),
+            (Some(1), Some(2), Some(1)),
+            "web-5 counts while n2 lives"
+        );
+        assert_eq!((seen[12].nodes, seen[13].nodes), (1, 2));
         let last = seen.last().expect("a status");
         assert_eq!(last.services.len(), 1, "db deleted: {last:?}");
         assert_eq!(last.nodes, 0);
@@ -353,7 +398,10 @@ mod tests {
             ),
             (2, 0, 2, 2, 0)
         );
-        assert!(web.converged, "{web:?}");
+        assert!(
+            web.converged,
+            "web-5, held on dead n2, is not a move: {web:?}"
+        );
         Ok(())
     }
 }

@@ -1,0 +1,240 @@
+//! The phases in real time, through the cluster `cca dev --runtime sim` runs: an embedded
+//! `MemoryStore`, the standard controllers on the tokio runner, one real node agent per node
+//! over the simulator runtime, all in this process.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ccattler_controllers::lang::SourceFile;
+use ccattler_core::{EventKind, FactStore, Revision, schema};
+use ccattler_examples::cca::cluster::{DevCluster, DevConfig, RuntimeKind};
+use ccattler_examples::cca::progress::{ClusterStatus, StatusFollower};
+use ccattler_store::MemoryStore;
+use futures_util::StreamExt;
+
+use super::{NODE_CPU, NODE_MEMORY, Shape};
+use crate::kept::Figures;
+
+type Error = Box<dyn std::error::Error>;
+
+/// How long the steady phase lasts, and how long after the apply it begins (the status and
+/// endpoints trail the instances' readiness, and the scheduler's rebalancing sweep comes 5 s
+/// after its last partial pass).
+const STEADY: Duration = Duration::from_secs(5);
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// Runs the four phases on a new cluster of `shape`; each waits at most `timeout`.
+///
+/// # Errors
+///
+/// When the cluster cannot start, a store call fails, or a phase does not end within
+/// `timeout`.
+pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> {
+    // Installed first, as `cca dev --api` and `cca server` do: every phase pays for metrics.
+    let passes = reconciles()?;
+    let mut cluster = DevCluster::start(DevConfig {
+        runtime: RuntimeKind::Sim,
+        nodes: shape.nodes,
+        cpu: NODE_CPU,
+        memory: NODE_MEMORY,
+        ..DevConfig::default()
+    })
+    .await?;
+    cluster
+        .wait_for_nodes(cluster.registration_timeout())
+        .await?;
+    let store = cluster.store().clone();
+    let leases = LeaseCounter::start(&store).await?;
+    let mut meter = Meter {
+        store: store.clone(),
+        follower: StatusFollower::new(&store).await?,
+        leases,
+        figures: Figures::new(),
+        timeout,
+    };
+
+    meter
+        .phase("apply", async |m: &mut Meter| {
+            m.apply(&shape.document(1)).await?;
+            m.until(|s| s.is_converged()).await
+        })
+        .await?;
+    meter.steady(&passes).await?;
+    meter
+        .phase("loss", async |m: &mut Meter| {
+            cluster.crash_node(1);
+            let nodes = shape.nodes as usize;
+            m.until(|s| s.nodes < nodes).await?;
+            // The status controller's counts lag the lease: first they say what was lost.
+            m.until(|s| !s.is_converged()).await?;
+            m.until(|s| s.is_converged()).await
+        })
+        .await?;
+    meter
+        .phase("update", async |m: &mut Meter| {
+            m.apply(&shape.document(2)).await?;
+            m.until(|s| !s.is_converged()).await?;
+            m.until(|s| s.is_converged()).await
+        })
+        .await?;
+
+    let mut figures = meter.figures;
+    let lapses = meter.leases.lapsed.load(Ordering::Relaxed);
+    figures.insert("lapses".into(), lapses.saturating_sub(1) as f64);
+    meter.leases.task.abort();
+    cluster.shutdown().await;
+    figures.insert(
+        "peak_mb".into(),
+        crate::peak_resident_bytes().unwrap_or_default() as f64 / 1e6,
+    );
+    Ok(figures)
+}
+
+/// Counts node leases that expired, from a watch of their prefix.
+struct LeaseCounter {
+    lapsed: Arc<AtomicU64>,
+    /// Events its watch read (to tell the measuring program's deliveries from the cluster's).
+    read: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseCounter {
+    async fn start(store: &MemoryStore) -> Result<Self, Error> {
+        let mut watch = store.watch(schema::NODE_LEASES, Revision::ZERO).await?;
+        let lapsed = Arc::new(AtomicU64::new(0));
+        let read = Arc::new(AtomicU64::new(0));
+        let (l, r) = (Arc::clone(&lapsed), Arc::clone(&read));
+        let task = tokio::spawn(async move {
+            while let Some(Ok(event)) = watch.next().await {
+                r.fetch_add(1, Ordering::Relaxed);
+                if event.kind == EventKind::Delete {
+                    l.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        Ok(LeaseCounter { lapsed, read, task })
+    }
+}
+
+/// The cluster's counters at one moment.
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Instant,
+    revision: u64,
+    /// Deliveries to the cluster's own watches: the store's count less the measuring
+    /// program's two watches.
+    deliveries: u64,
+}
+
+struct Meter {
+    store: MemoryStore,
+    follower: StatusFollower<MemoryStore>,
+    leases: LeaseCounter,
+    figures: Figures,
+    timeout: Duration,
+}
+
+impl Meter {
+    async fn mark(&self) -> Result<Mark, Error> {
+        let own = self.follower.changes_read() + self.leases.read.load(Ordering::Relaxed);
+        Ok(Mark {
+            at: Instant::now(),
+            revision: self.store.revision().await?.0,
+            deliveries: self.store.watch_deliveries().saturating_sub(own),
+        })
+    }
+
+    /// Runs one phase and records its time, writes and deliveries under `name`.
+    async fn phase(
+        &mut self,
+        name: &str,
+        run: impl AsyncFnOnce(&mut Meter) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let start = self.mark().await?;
+        run(self).await.map_err(|err| format!("{name}: {err}"))?;
+        let end = self.mark().await?;
+        let f = &mut self.figures;
+        f.insert(format!("{name}_s"), (end.at - start.at).as_secs_f64());
+        f.insert(
+            format!("{name}_writes"),
+            (end.revision - start.revision) as f64,
+        );
+        f.insert(
+            format!("{name}_deliveries"),
+            (end.deliveries - start.deliveries) as f64,
+        );
+        Ok(())
+    }
+
+    /// Nothing changes for [`STEADY`]: the rates of writes, passes and deliveries.
+    async fn steady(&mut self, passes: &impl Fn() -> u64) -> Result<(), Error> {
+        // Keep reading the status meanwhile, as `cca dev` does.
+        self.follow_for(SETTLE).await;
+        let before = passes();
+        let start = self.mark().await?;
+        self.follow_for(STEADY).await;
+        let end = self.mark().await?;
+        let seconds = (end.at - start.at).as_secs_f64();
+        let f = &mut self.figures;
+        let per_s = |n: u64| n as f64 / seconds;
+        f.insert(
+            "steady_writes_s".into(),
+            per_s(end.revision - start.revision),
+        );
+        f.insert(
+            "steady_deliveries_s".into(),
+            per_s(end.deliveries - start.deliveries),
+        );
+        f.insert(
+            "steady_passes_s".into(),
+            per_s(passes().saturating_sub(before)),
+        );
+        Ok(())
+    }
+
+    async fn follow_for(&mut self, period: Duration) {
+        let _ = tokio::time::timeout(period, async {
+            while self.follower.next().await.is_ok() {}
+        })
+        .await;
+    }
+
+    async fn apply(&self, text: &str) -> Result<(), Error> {
+        let file = SourceFile::new("shape.cca", text);
+        ccattler_controllers::apply::apply_file(&self.store, &file, Default::default()).await?;
+        Ok(())
+    }
+
+    /// Follows the status until `done` says so, at most the meter's timeout.
+    async fn until(&mut self, done: impl Fn(&ClusterStatus) -> bool) -> Result<(), Error> {
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, async {
+            while !done(&self.follower.next().await?) {}
+            Ok::<_, Error>(())
+        })
+        .await
+        .map_err(|_| {
+            let status = self.follower.last();
+            format!(
+                "not done within {timeout:?}; {} nodes, {}",
+                status.nodes,
+                status.table()
+            )
+        })?
+    }
+}
+
+/// The runner's count of reconciles (`ccattler_reconciles_total`, all controllers), read from
+/// the process's Prometheus recorder, installed on first use.
+fn reconciles() -> Result<impl Fn() -> u64, Error> {
+    let recorder = ccattler_examples::cca::metrics::install()?;
+    Ok(move || {
+        recorder
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("ccattler_reconciles_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    })
+}
