@@ -20,9 +20,8 @@
 //! target/release/failover_figures --etcd "$(scripts/etcd-up)" --runs 7
 //! ```
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -31,6 +30,7 @@ use ccattler_core::{
     TxnResponse, Value,
 };
 use ccattler_examples::cca::client::{ApiClient, ClientArgs};
+use ccattler_examples::cca::spawned::{ServerCommand, ServerProcess};
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::simulator::SimulatorRuntime;
 use ccattler_store::http::HttpStore;
@@ -121,59 +121,29 @@ impl FactStore for Timed {
     }
 }
 
-/// One `cca server` process.
-struct Server {
-    listen: String,
-    url: String,
-    child: Child,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(
-    cca: &Path,
+/// The command that starts one `cca server` on `listen`, on the run's etcd prefix.
+fn server_command(
     args: &Args,
     prefix: &str,
     listen: &str,
     dir: &Path,
-) -> Result<Server, String> {
-    let mut child = Command::new(cca)
-        .args([
-            "server",
-            "--store",
-            "etcd",
-            "--etcd",
-            &args.etcd,
-            "--etcd-prefix",
-            prefix,
-        ])
-        .args(["--listen", listen, "--token-file"])
-        .arg(dir.join("admin-token"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|err| format!("cannot run {}: {err}", cca.display()))?;
-    let mut line = String::new();
-    if let Some(stdout) = child.stdout.take() {
-        let _ = BufReader::new(stdout).read_line(&mut line);
-    }
-    let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) else {
-        let _ = child.kill();
-        return Err(format!(
-            "cca server did not start ({line:?}); is etcd at {}?",
-            args.etcd
-        ));
-    };
-    Ok(Server {
-        listen: listen.to_owned(),
-        url: url.to_owned(),
-        child,
-    })
+) -> Result<ServerCommand, String> {
+    let command = ServerCommand::next_to_this_program(listen, &dir.join("admin-token"))
+        .map_err(|err| err.to_string())?;
+    Ok(command.args([
+        "--store",
+        "etcd",
+        "--etcd",
+        &args.etcd,
+        "--etcd-prefix",
+        prefix,
+    ]))
+}
+
+fn start_server(command: &ServerCommand, args: &Args) -> Result<ServerProcess, String> {
+    command
+        .start()
+        .map_err(|err| format!("{err}; is etcd at {}?", args.etcd))
 }
 
 fn free_listen() -> Result<String, String> {
@@ -219,15 +189,6 @@ fn median(mut values: Vec<Duration>) -> Duration {
 }
 
 async fn measure(args: &Args) -> Result<(), String> {
-    let cca = std::env::current_exe()
-        .map_err(|err| err.to_string())?
-        .with_file_name("cca");
-    if !cca.exists() {
-        return Err(format!(
-            "{} is missing: cargo build --release -p ccattler-examples --features etcd --bin cca",
-            cca.display()
-        ));
-    }
     let dir = tempfile::tempdir().map_err(|err| err.to_string())?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -235,13 +196,14 @@ async fn measure(args: &Args) -> Result<(), String> {
     let prefix = format!("failover-figures-{nanos}/");
     let mut servers = Vec::new();
     for _ in 0..3 {
-        servers.push(start_server(
-            &cca,
-            args,
-            &prefix,
-            &free_listen()?,
-            dir.path(),
-        )?);
+        let command = server_command(args, &prefix, &free_listen()?, dir.path())?;
+        if !command.binary.exists() {
+            return Err(format!(
+                "{} is missing: cargo build --release -p ccattler-examples --features etcd --bin cca",
+                command.binary.display()
+            ));
+        }
+        servers.push(start_server(&command, args)?);
     }
     let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     let admin =
@@ -297,11 +259,7 @@ async fn measure(args: &Args) -> Result<(), String> {
             .position(|s| s.url == victim_url)
             .ok_or("no preferred server")?;
         let killed = Instant::now();
-        servers[victim]
-            .child
-            .kill()
-            .map_err(|err| err.to_string())?;
-        let _ = servers[victim].child.wait();
+        servers[victim].kill();
         let mut switch = None;
         let (request, renewal) = loop {
             if switch.is_none() && store.inner.preferred() != victim_url {
@@ -341,8 +299,8 @@ async fn measure(args: &Args) -> Result<(), String> {
         switched.push(switch);
         requests.push(request);
         renewals.push(renewal);
-        let listen = servers[victim].listen.clone();
-        servers[victim] = start_server(&cca, args, &prefix, &listen, dir.path())?;
+        let command = servers[victim].command.clone();
+        servers[victim] = start_server(&command, args)?;
     }
     println!(
         "median of {} runs: switched {:?}, first request through another server {:?}, first renewal through another server {:?}; lease lapses: {lapses}",

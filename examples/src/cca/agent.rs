@@ -353,12 +353,7 @@ async fn credential(args: &AgentArgs, dir: &Path, servers: &[String]) -> Result<
             dir.display()
         )));
     };
-    let answer = enroll(args, enrollment, servers).await?;
-    let token = answer
-        .get("token")
-        .and_then(serde_json::Value::as_str)
-        .ok_or_else(|| CliError::Api("enrolling: the answer has no token".to_owned()))?
-        .to_owned();
+    let token = enroll(servers, enrollment, &args.node, None).await?.token;
     write_secret(&saved, &token)?;
     eprintln!(
         "cca agent: enrolled node {}; credential saved in {}",
@@ -368,37 +363,68 @@ async fn credential(args: &AgentArgs, dir: &Path, servers: &[String]) -> Result<
     Ok(token)
 }
 
-/// Trades the one-time `enrollment` token for a credential at the first of `servers` that
-/// answers (enrollment tokens live in the shared store: any server redeems them). A server
-/// that answers "retry in N s" (too many enrollments at once) is asked again after that long
-/// and up to a second more (so that agents started together do not come back together), for
-/// as long as it says so: a refusal to retry is no reason to exit.
-async fn enroll(
-    args: &AgentArgs,
-    enrollment: &str,
+/// A node credential got by [`enroll`].
+#[derive(Debug)]
+pub struct Enrolled {
+    /// The node's credential.
+    pub token: String,
+    /// How many times a server answered "retry in N s" before it enrolled the node.
+    pub refusals: u32,
+}
+
+/// Trades the one-time `enrollment` token for a credential of node `node` at the first of
+/// `servers` that answers (enrollment tokens live in the shared store: any server redeems
+/// them), connecting from the local address `source` when given (else the system's choice).
+/// A server that answers "retry in N s" (too many enrollments at once) is asked again after
+/// that long and up to a second more (so that agents started together do not come back
+/// together), for as long as it says so: a refusal to retry is no reason to exit.
+///
+/// # Errors
+///
+/// [`CliError::Api`] when a server refuses the token (unknown, expired, already used) or
+/// answers without a credential; [`CliError::AgentStart`] when no server answers.
+pub async fn enroll(
     servers: &[String],
-) -> Result<serde_json::Value, CliError> {
-    let body = serde_json::json!({ "token": enrollment, "node": args.node }).to_string();
+    enrollment: &str,
+    node: &str,
+    source: Option<std::net::IpAddr>,
+) -> Result<Enrolled, CliError> {
+    let body = serde_json::json!({ "token": enrollment, "node": node }).to_string();
     let mut unreachable = Vec::new();
+    let mut refusals = 0;
     for server in servers {
-        let client = ApiClient::new(&ClientArgs {
+        let mut client = ApiClient::new(&ClientArgs {
             server: server.clone(),
             token: None,
         });
+        if let Some(source) = source {
+            client = client.from_address(source);
+        }
         loop {
             match client.json(Method::POST, "/api/enroll", body.clone()).await {
                 Ok(Err(failure)) if failure.retry_after().is_some() => {
+                    refusals += 1;
                     let wait = failure.retry_after().unwrap_or_default() + spread_out();
                     eprintln!(
-                        "cca agent: enrolling: {}; asking again in {:.1} s",
+                        "cca agent: enrolling {node}: {}; asking again in {:.1} s",
                         failure.message(),
                         wait.as_secs_f64()
                     );
                     tokio::time::sleep(wait).await;
                 }
                 Ok(answer) => {
-                    return answer.map_err(|failure| {
+                    let answer = answer.map_err(|failure| {
                         CliError::Api(format!("enrolling: {}", failure.message()))
+                    })?;
+                    let token = answer
+                        .get("token")
+                        .and_then(serde_json::Value::as_str)
+                        .ok_or_else(|| {
+                            CliError::Api("enrolling: the answer has no token".to_owned())
+                        })?;
+                    return Ok(Enrolled {
+                        token: token.to_owned(),
+                        refusals,
                     });
                 }
                 Err(err) => {
@@ -408,10 +434,13 @@ async fn enroll(
             }
         }
     }
-    Err(args.cannot_start(format!(
-        "cannot enroll: no server answered ({}); start a server or check --server",
-        unreachable.join("; ")
-    )))
+    Err(CliError::AgentStart {
+        node: node.to_owned(),
+        reason: format!(
+            "cannot enroll: no server answered ({}); start a server or check --server",
+            unreachable.join("; ")
+        ),
+    })
 }
 
 /// A random wait of up to a second.

@@ -88,6 +88,17 @@ impl ApiClient {
         }
     }
 
+    /// The same client, connecting from the local address `source` (one of this machine's
+    /// addresses, such as `127.0.0.7` on loopback): the server then counts it as that client,
+    /// for instance in the enrollment rate limit, which is kept per address.
+    #[must_use]
+    pub fn from_address(mut self, source: std::net::IpAddr) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_local_address(Some(source));
+        self.http = Hyper::builder(TokioExecutor::new()).build(connector);
+        self
+    }
+
     /// Sends a request and returns the response with its body unread.
     ///
     /// # Errors

@@ -14,7 +14,8 @@
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
 //! status from the store's facts; [`flags`] parses the values `dev` and `agent` share;
 //! [`shape`] holds the cluster shape flags of `dev` and `chaos`; [`metrics`] is the Prometheus
-//! exporter of `server` and `agent`, and [`local`] the agent's local port (`/metrics`, `/node`).
+//! exporter of `server` and `agent`, and [`local`] the agent's local port (`/metrics`, `/node`);
+//! [`spawned`] starts `cca server` as a child process for the programs that measure one.
 //!
 //! # Exit codes
 //!
@@ -44,6 +45,7 @@ pub mod remote;
 pub mod replica;
 pub mod server;
 pub mod shape;
+pub mod spawned;
 mod tally;
 
 use std::io;
@@ -279,7 +281,7 @@ pub const DEFAULT_LOG_FILTER: &str = "warn,ccattler_examples::cca::leadership=in
 /// Logs to stderr in `format`, filtered by `RUST_LOG` (tracing's directive syntax, such as
 /// `info,ccattler_core::runner=debug`; default: [`DEFAULT_LOG_FILTER`]). A `RUST_LOG` that does
 /// not parse is reported and the default used, rather than silently ignored.
-fn init_tracing(format: LogFormat) {
+pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var(EnvFilter::DEFAULT_ENV) {
         Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
