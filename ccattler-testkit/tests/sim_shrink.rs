@@ -293,7 +293,10 @@ fn a_failing_workload_shrinks_with_its_faults() {
         after.0 <= before.0 && after.1 <= before.1 && after.2 <= before.2,
         "the workload grew: {before:?} to {after:?} (services, nodes, instances)"
     );
-    assert_ne!(after, before, "the workload shrank (services, nodes, instances)");
+    assert_ne!(
+        after, before,
+        "the workload shrank (services, nodes, instances)"
+    );
     // The leader loss stays, and every fault left is needed: without any one, the run passes.
     assert!(
         faults

@@ -15,6 +15,8 @@
 //! was created again, O(log n) for each of its instances. Every map is persistent, so handing a
 //! controller its own copy is O(1).
 
+use std::sync::Arc;
+
 use imbl::{OrdMap, OrdSet};
 
 use ccattler_core::schema::{
@@ -28,8 +30,8 @@ use ccattler_core::{Fact, FactView, Key, Revision};
 pub struct Instance {
     /// Its id (the last segment of `desired/instance/{id}`).
     pub id: String,
-    /// The desired record.
-    pub desired: DesiredInstance,
+    /// The desired record (shared with the cluster's index of records).
+    pub desired: Arc<DesiredInstance>,
     /// The key of the desired record.
     pub key: Key,
     /// The mod revision of the desired record.
@@ -38,7 +40,8 @@ pub struct Instance {
     pub node: Option<String>,
     /// What the agent of that node last reported, if anything, stale or not: see
     /// [`fresh`](Self::fresh). [`report`](Self::report) gives it only when it is fresh.
-    pub observed: Option<InstanceObservation>,
+    /// (Shared with the cluster's index of observations.)
+    pub observed: Option<Arc<InstanceObservation>>,
     /// Whether `observed` was written during its node's current registration (the
     /// observation's mod revision is at least the create revision of the node's lease fact).
     /// False when nothing was reported, when unplaced, and while the node holds no lease. A
@@ -92,7 +95,7 @@ impl Instance {
     /// What its node's agent reports, if the report is fresh (written during the node's current
     /// registration); `None` when nothing was reported or the report is stale.
     pub fn report(&self) -> Option<&InstanceObservation> {
-        self.observed.as_ref().filter(|_| self.fresh)
+        self.observed.as_deref().filter(|_| self.fresh)
     }
 
     /// Whether the agent reports it running, in a fresh report.
@@ -141,6 +144,9 @@ pub struct Usage {
     pub memory: Memory,
 }
 
+/// One placement key of an instance: the key, its node, its mod revision and its service.
+type PlacementKey = (Key, String, Revision, String);
+
 /// Every standard record a view holds, decoded and cross-referenced.
 ///
 /// # Stale observations
@@ -168,8 +174,11 @@ pub struct Cluster {
     pub services: OrdMap<String, ServiceSpec>,
     /// Effective counts and versions by service.
     pub effective: OrdMap<String, EffectiveService>,
-    /// Desired instances by id, joined with their placement and observation.
-    pub instances: OrdMap<String, Instance>,
+    /// Desired instances by id, joined with their placement and observation. Each is shared
+    /// (`Arc`): a map node holds 64 entries, and every update of a persistent map copies the
+    /// nodes on its path, so small entries keep both memory and updates cheap at 100,000
+    /// instances.
+    pub instances: OrdMap<String, Arc<Instance>>,
     /// Nodes that report status, by name.
     pub nodes: OrdMap<String, NodeStatus>,
     /// Nodes that hold their lease.
@@ -186,16 +195,18 @@ pub struct Cluster {
     /// Keys whose value did not decode.
     pub invalid: OrdSet<Key>,
     /// Desired records by id, with their key, mod revision and create revision.
-    desired: OrdMap<String, (DesiredInstance, Key, Revision, Revision)>,
+    desired: OrdMap<String, (Arc<DesiredInstance>, Key, Revision, Revision)>,
     /// Observations by (node, id), with their mod revision.
-    observations: OrdMap<(String, String), (InstanceObservation, Revision)>,
+    observations: OrdMap<(String, String), (Arc<InstanceObservation>, Revision)>,
     by_node: OrdMap<String, OrdSet<String>>,
     by_service: OrdMap<String, OrdSet<String>>,
     reserved: OrdMap<String, (String, Usage)>,
     unplaced: OrdSet<String>,
     orphans: OrdSet<String>,
-    /// Every placement key of each instance id, with its node, mod revision and service.
-    placement_keys: OrdMap<String, OrdMap<Key, (String, Revision, String)>>,
+    /// Every placement key of each instance id (almost always one), in key order, with its
+    /// node, mod revision and service. A short list, shared: a map per instance would cost a
+    /// whole tree node (kilobytes) each.
+    placement_keys: OrdMap<String, Arc<Vec<PlacementKey>>>,
     touched: std::collections::BTreeSet<String>,
 }
 
@@ -215,7 +226,7 @@ impl Cluster {
             .get(service)
             .into_iter()
             .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.instances.get(id))
+            .filter_map(|id| self.instances.get(id).map(|i| &**i))
     }
 
     /// The instances placed on `node`, in id order (kept as an index: no scan).
@@ -224,7 +235,7 @@ impl Cluster {
             .get(node)
             .into_iter()
             .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.instances.get(id))
+            .filter_map(|id| self.instances.get(id).map(|i| &**i))
     }
 
     /// Every service that has an effective record or instances, sorted.
@@ -254,7 +265,9 @@ impl Cluster {
 
     /// Running instances without a placement, in id order (kept as an index: no scan).
     pub fn unplaced(&self) -> impl Iterator<Item = &Instance> + '_ {
-        self.unplaced.iter().filter_map(|id| self.instances.get(id))
+        self.unplaced
+            .iter()
+            .filter_map(|id| self.instances.get(id).map(|i| &**i))
     }
 
     /// Services whose records changed since [`take_touched`](Self::take_touched) was last
@@ -328,6 +341,7 @@ impl Cluster {
                 if let Some(instance) = self.instances.get_mut(&id)
                     && (instance.node_alive, instance.fresh) != (alive, fresh)
                 {
+                    let instance = Arc::make_mut(instance);
                     instance.node_alive = alive;
                     instance.fresh = fresh;
                     self.touched.insert(instance.desired.service.clone());
@@ -346,7 +360,7 @@ impl Cluster {
                 match self.decode::<InstanceObservation>(key, fact) {
                     Some(o) => {
                         let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
-                        self.observations.insert(pair, (o, revision))
+                        self.observations.insert(pair, (Arc::new(o), revision))
                     }
                     None => self.observations.remove(&pair),
                 };
@@ -359,7 +373,7 @@ impl Cluster {
                     let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
                     let created = fact.map(|f| f.create_revision).unwrap_or_default();
                     self.desired
-                        .insert(id.to_owned(), (d, key.clone(), revision, created))
+                        .insert(id.to_owned(), (Arc::new(d), key.clone(), revision, created))
                 }
                 None => self.desired.remove(id),
             };
@@ -394,17 +408,25 @@ impl Cluster {
     /// instance have several (a bug of the writer), the first by key counts.
     fn set_placement(&mut self, node: &str, id: &str, key: &Key, fact: Option<&Fact>) {
         let assigned = fact.and_then(|_| self.decode::<Assignment>(key, fact));
-        let keys = self.placement_keys.entry(id.to_owned()).or_default();
-        let service = match assigned {
-            Some(assignment) => {
+        let keys = Arc::make_mut(self.placement_keys.entry(id.to_owned()).or_default());
+        let at = keys.binary_search_by(|(k, ..)| k.cmp(key));
+        let service = match (assigned, at) {
+            (Some(assignment), at) => {
                 let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
-                keys.insert(
+                let entry = (
                     key.clone(),
-                    (node.to_owned(), revision, assignment.service.clone()),
+                    node.to_owned(),
+                    revision,
+                    assignment.service.clone(),
                 );
+                match at {
+                    Ok(i) => keys[i] = entry,
+                    Err(i) => keys.insert(i, entry),
+                }
                 Some(assignment.service)
             }
-            None => keys.remove(key).map(|(_, _, service)| service),
+            (None, Ok(i)) => Some(keys.remove(i).3),
+            (None, Err(_)) => None,
         };
         // A placement left of a deleted record holds its service back (a stateful identity
         // waits for it), so its going touches the service too.
@@ -412,9 +434,8 @@ impl Cluster {
             self.touched.insert(service);
         }
         let chosen = keys
-            .iter()
-            .next()
-            .map(|(key, (node, revision, _))| (key.clone(), node.clone(), *revision));
+            .first()
+            .map(|(key, node, revision, _)| (key.clone(), node.clone(), *revision));
         if keys.is_empty() {
             self.placement_keys.remove(id);
         }
@@ -492,7 +513,7 @@ impl Cluster {
             .map_or((false, false), |node| self.judge(node, id));
         self.instances.insert(
             id.to_owned(),
-            Instance {
+            Arc::new(Instance {
                 id: id.to_owned(),
                 desired,
                 key,
@@ -501,7 +522,7 @@ impl Cluster {
                 observed,
                 fresh,
                 node_alive,
-            },
+            }),
         );
     }
 

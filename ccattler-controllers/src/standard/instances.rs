@@ -501,7 +501,7 @@ fn stop(instance: &Instance, changes: &mut Vec<Change>) {
     }
     let stopped = DesiredInstance {
         state: DesiredState::Stopped,
-        ..instance.desired.clone()
+        ..(*instance.desired).clone()
     };
     changes.push(Change::put(instance.key.clone(), schema::encode(&stopped)));
 }

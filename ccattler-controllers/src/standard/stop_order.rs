@@ -167,17 +167,18 @@ mod tests {
         };
         Instance {
             key: Key::new(format!("desired/instance/{id}")).expect("a valid key"),
-            desired: DesiredInstance {
+            desired: std::sync::Arc::new(DesiredInstance {
                 service: "web".into(),
                 version: "v1".into(),
                 ordinal,
                 state: DesiredState::Running,
                 ..serde_json::from_str(r#"{"service":"web","version":"v1"}"#).expect("a record")
-            },
+            }),
             id,
             revision: Revision(1),
             node: node.map(|n| format!("n{n}")),
-            observed: observed.map(|o| serde_json::from_str(o).expect("a report")),
+            observed: observed
+                .map(|o| std::sync::Arc::new(serde_json::from_str(o).expect("a report"))),
             fresh: node.is_some(),
             node_alive: node.is_some(),
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ccattler_core::LeaseId;
 use ccattler_core::schema::{Assignment, ServiceSpec};
@@ -17,7 +18,8 @@ pub struct Desired {
     pub placements: BTreeMap<String, Assignment>,
     /// Service specs by service name, then by spec version. During a rollout a node may run
     /// instances of two versions of one service; each starts (and restarts) with its own.
-    pub specs: BTreeMap<String, BTreeMap<String, ServiceSpec>>,
+    /// Shared (`Arc`): a spec is large, and the state is copied for every save of the cache.
+    pub specs: BTreeMap<String, BTreeMap<String, Arc<ServiceSpec>>>,
     /// Secret values by name (the file is written with mode 0600).
     #[serde(default)]
     pub secrets: BTreeMap<String, Vec<u8>>,
@@ -35,7 +37,7 @@ impl Desired {
 
     /// The spec of one version of a service, if known.
     pub fn spec(&self, service: &str, version: &str) -> Option<&ServiceSpec> {
-        self.specs.get(service)?.get(version)
+        self.specs.get(service)?.get(version).map(|spec| &**spec)
     }
 
     /// Keeps the specs some placement runs and the secrets those specs name; drops the rest.

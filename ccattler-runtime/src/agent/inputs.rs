@@ -176,7 +176,7 @@ impl AgentLoop {
                     .specs
                     .entry(service.clone())
                     .or_default()
-                    .insert(version, spec);
+                    .insert(version, std::sync::Arc::new(spec));
             }
         }
         for version in wanted {
