@@ -53,15 +53,17 @@ pub fn parse(line: &str) -> Figures {
         .collect()
 }
 
-/// A figure as people read it: whole above 100 or when whole, else two decimals; `-` for
-/// none (NaN).
+/// A figure as people read it: whole above 100 or when whole, else two decimals (three below
+/// 1); `-` for none (NaN).
 pub fn short(value: f64) -> String {
     if value.is_nan() {
         "-".into()
     } else if value.abs() >= 100.0 || value == value.trunc() {
         format!("{value:.0}")
-    } else {
+    } else if value.abs() >= 1.0 {
         format!("{value:.2}")
+    } else {
+        format!("{value:.3}")
     }
 }
 
@@ -92,5 +94,6 @@ mod tests {
         assert_eq!(parse("a=1 junk b=x c=2.5").len(), 2);
         assert_eq!(beside(Some(1.234), Some(2.0)), "1.23 (kept 2)");
         assert_eq!(short(f64::NAN), "-");
+        assert_eq!(short(0.0123), "0.012");
     }
 }

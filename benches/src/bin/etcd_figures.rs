@@ -39,7 +39,11 @@
 //!   watches a second), `server_cpu_s`, `etcd_cpu_s`, `agents_cpu_s` (CPU time of the
 //!   servers, of etcd, of the agents' processes) and `others_cpu_s` (of everything else on
 //!   the machine: a run beside a build or tests shares the cores and is not comparable);
-//!   `lapses`: node leases that expired;
+//! - steady, 10 s after the last instance runs, over 20 s with nothing applied:
+//!   `steady_requests_s` (the agents' requests to the servers a second: lease renewals, and
+//!   reports if anything changes), `steady_writes_s` (etcd revisions a second),
+//!   `steady_server_cores` and `steady_etcd_cores` (CPU seconds a second of the servers and
+//!   of etcd); `lapses`: node leases that expired from the apply to the end of this window;
 //! - at the end: `server_peak_mb` (the largest server's peak resident memory), `etcd_db_mb` and
 //!   `etcd_db_in_use_mb` (etcd's database file, and the part in use; on a shared etcd, its
 //!   whole database, earlier runs included);
@@ -64,14 +68,13 @@ mod probe;
 #[path = "etcd_figures/run.rs"]
 mod run;
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use ccattler_benches::kept::{self, Figures};
 use ccattler_store::etcd::server::shared_endpoints;
-use run::{Config, FIGURES, Figures};
+use run::{Config, FIGURES};
 
 const KEPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/figures/etcd.txt");
 
@@ -156,31 +159,30 @@ fn main_inner() -> Result<(), String> {
     let mut measured = Vec::new();
     for run in 1..=runs {
         let figures = runtime.block_on(run::measure(&config))?;
-        println!("run {run}: {}", render(&figures));
+        println!("run {run}: {}", kept::render(&figures));
         measured.push(figures);
     }
     let medians = medians(&measured);
-    let kept = read_kept();
+    let kept_rows = kept::read(Path::new(KEPT));
     println!("{:<22} {:>12} {:>12}", "figure", "median", "kept");
     for name in FIGURES {
         let now = medians.get(name).copied().unwrap_or(f64::NAN);
-        let then = kept
+        let then = kept_rows
             .get(&shape)
             .and_then(|k| k.get(name))
-            .map_or_else(|| "-".to_owned(), |v| short(*v));
-        println!("{name:<22} {:>12} {then:>12}", short(now));
+            .map_or_else(|| "-".to_owned(), |v| kept::short(*v));
+        println!("{name:<22} {:>12} {then:>12}", kept::short(now));
     }
     if args.iter().any(|a| a == "--keep") {
-        let mut all = kept;
+        let mut all = kept_rows;
         all.insert(shape, medians);
-        let mut text = String::from(
-            "# A real etcd under many agents, as last kept (etcd_figures --keep): medians, one \
-             shape (AGENTSxINSTANCESxSERVERS) a line.\n",
-        );
-        for (shape, figures) in &all {
-            let _ = writeln!(text, "{shape} {}", render(figures));
-        }
-        std::fs::write(KEPT, text).map_err(|err| format!("{KEPT}: {err}"))?;
+        kept::write(
+            Path::new(KEPT),
+            "A real etcd under many agents, as last kept (etcd_figures --keep): medians, one \
+             shape (AGENTSxINSTANCESxSERVERS) a line.",
+            &all,
+        )
+        .map_err(|err| format!("{KEPT}: {err}"))?;
         println!("kept in {KEPT}");
     }
     Ok(())
@@ -197,41 +199,4 @@ fn medians(runs: &[Figures]) -> Figures {
         }
     }
     out
-}
-
-fn render(figures: &Figures) -> String {
-    figures
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn parse_figures(line: &str) -> Figures {
-    line.split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-        .collect()
-}
-
-fn read_kept() -> BTreeMap<String, Figures> {
-    let text = std::fs::read_to_string(KEPT).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(shape, rest)| (shape.to_owned(), parse_figures(rest)))
-        .collect()
-}
-
-/// A figure as people read it: three significant digits at most.
-fn short(value: f64) -> String {
-    if value.is_nan() {
-        "-".into()
-    } else if value >= 100.0 || value == value.trunc() {
-        format!("{value:.0}")
-    } else if value >= 1.0 {
-        format!("{value:.2}")
-    } else {
-        format!("{value:.3}")
-    }
 }

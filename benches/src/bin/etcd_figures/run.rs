@@ -2,7 +2,7 @@
 //! The run is observed straight from etcd (an `EtcdStore` on the run's prefix), so that
 //! watching it costs the servers nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,11 +20,15 @@ use super::ceiling;
 use super::cluster::{self, AgentProcess, Servers};
 use super::probe::{self, EtcdStatus};
 
-/// The figures of one run, by name.
-pub(crate) type Figures = BTreeMap<String, f64>;
+pub(crate) use ccattler_benches::kept::Figures;
+
+/// After every instance runs, how long the cluster settles before the steady window.
+const STEADY_SETTLE: Duration = Duration::from_secs(10);
+/// How long the steady state is measured.
+const STEADY_WINDOW: Duration = Duration::from_secs(20);
 
 /// Every figure, in the order printed (see the program's docs).
-pub(crate) const FIGURES: [&str; 24] = [
+pub(crate) const FIGURES: [&str; 28] = [
     "enroll_s",
     "refusals",
     "register_s",
@@ -39,6 +43,10 @@ pub(crate) const FIGURES: [&str; 24] = [
     "etcd_cpu_s",
     "agents_cpu_s",
     "others_cpu_s",
+    "steady_requests_s",
+    "steady_writes_s",
+    "steady_server_cores",
+    "steady_etcd_cores",
     "lapses",
     "server_peak_mb",
     "etcd_db_mb",
@@ -266,6 +274,44 @@ pub(crate) async fn measure(config: &Config) -> Result<Figures, String> {
     figures.insert(
         "agent_writes_s".into(),
         rate(total(&after, "writes"), total(&before, "writes")),
+    );
+
+    // Steady: every instance running and nothing applied. What keeping the agents alive costs.
+    tokio::time::sleep(STEADY_SETTLE).await;
+    let mut before = Vec::new();
+    for child in &mut children {
+        before.push(child.stats()?);
+    }
+    let revision_before = probe::etcd_status(&etcd).await?.revision;
+    let (server_before, etcd_before) = (servers.cpu_seconds(), cpu_of(etcd_pid.as_slice()));
+    tokio::time::sleep(STEADY_WINDOW).await;
+    let mut after = Vec::new();
+    for child in &mut children {
+        after.push(child.stats()?);
+    }
+    let seconds = STEADY_WINDOW.as_secs_f64();
+    let steady = |now: f64, then: f64| (now - then) / seconds;
+    figures.insert(
+        "steady_requests_s".into(),
+        steady(total(&after, "requests"), total(&before, "requests")),
+    );
+    figures.insert(
+        "steady_writes_s".into(),
+        steady(
+            probe::etcd_status(&etcd).await?.revision as f64,
+            revision_before as f64,
+        ),
+    );
+    figures.insert(
+        "steady_server_cores".into(),
+        steady(servers.cpu_seconds(), server_before),
+    );
+    figures.insert(
+        "steady_etcd_cores".into(),
+        match etcd_pid {
+            Some(_) => steady(cpu_of(etcd_pid.as_slice()), etcd_before),
+            None => f64::NAN,
+        },
     );
     counting_lapses.abort();
     figures.insert("lapses".into(), lapses.load(Ordering::Relaxed) as f64);
