@@ -20,7 +20,7 @@ use ccattler_benches::whole_loop::{self, PHASES, Shape};
 
 const KEPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/figures/scale.txt");
 const DEFAULT_SHAPES: &str =
-    "1000x100,10000x100,10000x1000,100000x1000,100000x10000,1000x1000,1000x10000";
+    "1000x100,10000x100,10000x256,10000x1000,100000x1000,100000x10000,1000x1000,1000x10000";
 const MODES: [&str; 2] = ["dev", "sim"];
 
 type Error = Box<dyn std::error::Error>;
