@@ -226,7 +226,7 @@ impl Cluster {
             .get(service)
             .into_iter()
             .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.instances.get(id).map(|i| &**i))
+            .filter_map(|id| self.instances.get(id).map(Arc::as_ref))
     }
 
     /// The instances placed on `node`, in id order (kept as an index: no scan).
@@ -267,7 +267,7 @@ impl Cluster {
     pub fn unplaced(&self) -> impl Iterator<Item = &Instance> + '_ {
         self.unplaced
             .iter()
-            .filter_map(|id| self.instances.get(id).map(|i| &**i))
+            .filter_map(|id| self.instances.get(id).map(Arc::as_ref))
     }
 
     /// Services whose records changed since [`take_touched`](Self::take_touched) was last

@@ -91,6 +91,31 @@ fn the_cache_agrees_with_a_fresh_read_after_changes() {
     assert!(patched.usage.is_empty(), "web now reserves nothing");
 }
 
+/// An instance placed twice (a writer's bug): the first placement by key counts, whichever
+/// was written first, and removing it leaves the other, in the cache as in a fresh read.
+#[test]
+fn of_two_placements_of_one_instance_the_first_by_key_counts() {
+    let cache = ClusterCache::new();
+    let mut view = world();
+    cache.read(&view);
+    let placed = view
+        .get(keys::placement("n2", "web-1").unwrap().as_str())
+        .cloned()
+        .unwrap();
+    view.insert(fact(
+        keys::placement("n1", "web-1").unwrap(),
+        placed.value,
+        5,
+    ));
+    for cluster in [cache.read(&view), Cluster::read(&view)] {
+        assert_eq!(cluster.instances["web-1"].node.as_deref(), Some("n1"));
+    }
+    view.remove(keys::placement("n1", "web-1").unwrap().as_str());
+    for cluster in [cache.read(&view), Cluster::read(&view)] {
+        assert_eq!(cluster.instances["web-1"].node.as_deref(), Some("n2"));
+    }
+}
+
 fn running_report(node: &str) -> ccattler_core::Value {
     schema::encode(&InstanceObservation {
         node: node.into(),
@@ -254,6 +279,11 @@ mod model {
         Renew(usize),
         Instance(usize, Option<(usize, bool)>),
         Place(usize, Option<usize>),
+        /// A placement of the instance on the node, the others kept: a writer's bug that leaves
+        /// an instance two placements, of which the first by key counts.
+        AlsoPlace(usize, usize),
+        /// The instance's placement on the node removed, the others kept.
+        Unplace(usize, usize),
         Observe(usize, usize, Option<bool>),
     }
 
@@ -265,6 +295,8 @@ mod model {
             (0..4usize, proptest::option::of((0..2usize, any::<bool>())))
                 .prop_map(|(i, d)| Step::Instance(i, d)),
             (0..4usize, proptest::option::of(0..2usize)).prop_map(|(i, n)| Step::Place(i, n)),
+            (0..4usize, 0..2usize).prop_map(|(i, n)| Step::AlsoPlace(i, n)),
+            (0..4usize, 0..2usize).prop_map(|(i, n)| Step::Unplace(i, n)),
             (0..2usize, 0..4usize, proptest::option::of(any::<bool>()))
                 .prop_map(|(n, i, o)| Step::Observe(n, i, o)),
         ]
@@ -330,19 +362,16 @@ mod model {
                     view.remove(keys::placement(n, &id).unwrap().as_str());
                 }
                 if let Some(n) = node {
-                    let a = Assignment {
-                        instance: id.clone(),
-                        service: "a".into(),
-                        node: NODES[*n].into(),
-                        version: String::new(),
-                        state: DesiredState::Running,
-                    };
-                    view.insert(fact(
-                        keys::placement(NODES[*n], &id).unwrap(),
-                        schema::encode(&a),
-                        rev,
-                    ));
+                    place(view, &id, *n, rev);
                 }
+            }
+            Step::AlsoPlace(i, n) => place(view, &format!("i{i}"), *n, rev),
+            Step::Unplace(i, n) => {
+                view.remove(
+                    keys::placement(NODES[*n], &format!("i{i}"))
+                        .unwrap()
+                        .as_str(),
+                );
             }
             Step::Observe(n, i, running) => set(
                 keys::observed_instance(NODES[*n], &format!("i{i}")).unwrap(),
@@ -358,6 +387,21 @@ mod model {
                 }),
             ),
         }
+    }
+
+    fn place(view: &mut FactView, id: &str, n: usize, rev: u64) {
+        let a = Assignment {
+            instance: id.to_owned(),
+            service: "a".into(),
+            node: NODES[n].into(),
+            version: String::new(),
+            state: DesiredState::Running,
+        };
+        view.insert(fact(
+            keys::placement(NODES[n], id).unwrap(),
+            schema::encode(&a),
+            rev,
+        ));
     }
 
     proptest! {

@@ -81,6 +81,11 @@ pub(crate) struct Config {
     pub(crate) logs: Option<PathBuf>,
 }
 
+/// Every agent process's counters, now.
+fn stats(children: &mut [AgentProcess]) -> Result<Vec<Json>, String> {
+    children.iter_mut().map(AgentProcess::stats).collect()
+}
+
 /// Sums a counter over the agents' processes.
 fn total(stats: &[Json], name: &str) -> f64 {
     stats.iter().filter_map(|s| s[name].as_f64()).sum()
@@ -193,10 +198,7 @@ pub(crate) async fn measure(config: &Config) -> Result<Figures, String> {
         .watch("observed/instance/", Revision::ZERO)
         .await
         .map_err(|err| err.to_string())?;
-    let mut before = Vec::new();
-    for child in &mut children {
-        before.push(child.stats()?);
-    }
+    let before = stats(&mut children)?;
     let status_before = probe::etcd_status(&etcd).await?;
     let etcd_pid = probe::etcd_pid(&url);
     let agent_pids: Vec<u32> = children.iter().map(AgentProcess::pid).collect();
@@ -253,10 +255,7 @@ pub(crate) async fn measure(config: &Config) -> Result<Figures, String> {
         (busy - cpu - etcd_cpu - agents_cpu - own_cpu).max(0.0),
     );
     let status_after = probe::etcd_status(&etcd).await?;
-    let mut after = Vec::new();
-    for child in &mut children {
-        after.push(child.stats()?);
-    }
+    let after = stats(&mut children)?;
     figures.insert("running_s".into(), running_s);
     figures.insert("server_cpu_s".into(), cpu);
     let rate = |now: f64, then: f64| (now - then) / running_s;
@@ -278,17 +277,11 @@ pub(crate) async fn measure(config: &Config) -> Result<Figures, String> {
 
     // Steady: every instance running and nothing applied. What keeping the agents alive costs.
     tokio::time::sleep(STEADY_SETTLE).await;
-    let mut before = Vec::new();
-    for child in &mut children {
-        before.push(child.stats()?);
-    }
+    let before = stats(&mut children)?;
     let revision_before = probe::etcd_status(&etcd).await?.revision;
     let (server_before, etcd_before) = (servers.cpu_seconds(), cpu_of(etcd_pid.as_slice()));
     tokio::time::sleep(STEADY_WINDOW).await;
-    let mut after = Vec::new();
-    for child in &mut children {
-        after.push(child.stats()?);
-    }
+    let after = stats(&mut children)?;
     let seconds = STEADY_WINDOW.as_secs_f64();
     let steady = |now: f64, then: f64| (now - then) / seconds;
     figures.insert(
