@@ -459,14 +459,21 @@ impl World {
                 AgentAction::EnsureRunning { spec } => {
                     let here = n.name.clone();
                     let delay = n.start_delay_of(&spec);
-                    let elsewhere = self.actors.iter().find_map(|other| match other {
-                        Actor::Node(o) if o.name != here && o.machine.is_some() => o
-                            .runtime
-                            .state(&spec.id)
-                            .filter(|s| !s.has_ended())
-                            .map(|_| o.name.clone()),
-                        _ => None,
-                    });
+                    // Instances run only where an agent started them: the nodes that ever
+                    // started this id are the only ones that can run it elsewhere.
+                    let started_on = self.started_on.entry(spec.id.clone()).or_default();
+                    let elsewhere =
+                        started_on
+                            .iter()
+                            .find_map(|&other| match self.actors.get(other) {
+                                Some(Actor::Node(o)) if other != actor && o.machine.is_some() => o
+                                    .runtime
+                                    .state(&spec.id)
+                                    .filter(|s| !s.has_ended())
+                                    .map(|_| o.name.clone()),
+                                _ => None,
+                            });
+                    started_on.insert(actor);
                     if let Some(other) = elsewhere {
                         let detail =
                             format!("{} starts on {here} while it runs on {other}", spec.id);

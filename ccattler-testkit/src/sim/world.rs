@@ -181,6 +181,9 @@ pub(crate) struct World {
     pub stops: super::stops::Stops,
     /// The actors of the runner replicas under election (empty: one runner that always leads).
     pub replicas: Vec<usize>,
+    /// The nodes each instance id was ever handed to a runtime to start on, in actor order: a
+    /// start is checked against those alone, not against every node.
+    pub started_on: std::collections::HashMap<String, std::collections::BTreeSet<usize>>,
     /// The first invariant broken: the run stops there.
     pub violation: Option<Violation>,
 }
@@ -199,6 +202,7 @@ impl World {
             checker: Checker::new(&store),
             stops: super::stops::Stops::default(),
             replicas: Vec::new(),
+            started_on: std::collections::HashMap::new(),
             violation: None,
             now: Duration::ZERO,
             rng,
