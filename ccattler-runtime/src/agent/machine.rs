@@ -18,6 +18,12 @@ use super::work::{Observe, Work};
 /// to report its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
+/// How long, at most, what a finished runtime action did waits for the observation that
+/// reports it (and for the pass that judges its instance again) while other actions are still
+/// queued or in flight: the actions that finish meanwhile share one observation, one report
+/// and one pass (a burst of a hundred starts costs a few, not one each over all instances).
+pub(super) const ACTION_BATCH: Duration = Duration::from_millis(100);
+
 /// Counters of what an agent loop has done, for tests, metrics and the simulation's summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AgentStats {
@@ -111,7 +117,10 @@ impl RuntimeOp {
 ///
 /// One pass: observe the runtime; compare with the placements; queue the starts, stops, removals
 /// and probes that are due, each on its instance's lane (an instance whose lane is still busy
-/// waits for a later pass); as actions finish, observe again and report what changed. A pass
+/// waits for a later pass); as actions finish, observe again, report what changed and pass
+/// again over the instances that acted: at once when no other action is queued or in flight,
+/// else within 100 ms of the first unreported one, so that a burst of actions costs one
+/// observation, one report and one pass, not one each. A pass
 /// runs every [`AgentConfig::sync_interval`], and at once after a placement, spec or secret
 /// changes. While a start is in flight, the runtime is observed every second and the report
 /// follows it (a pull's progress).
@@ -165,8 +174,9 @@ pub struct AgentLoop {
     pub(super) store_busy: Option<StoreOp>,
     /// The runtime actions, one lane per instance, and the observation in flight.
     pub(super) work: Work,
-    /// Observe again to report what the actions did (once no observation is in flight).
-    pub(super) report_observe: bool,
+    /// Observe again to report what the actions did: once no action is queued or in flight,
+    /// or by this time (and once no observation is in flight).
+    pub(super) report_observe: Option<Duration>,
     /// While a start is in flight, when the runtime is observed again to report its progress.
     pub(super) progress_at: Duration,
     pub(super) observed: BTreeMap<String, Sample>,
@@ -178,6 +188,9 @@ pub struct AgentLoop {
     pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
     pub(super) pass_wanted: bool,
+    /// Pass again over the instances whose lanes acted since the last pass's observation: once
+    /// no action is queued or in flight, or by this time.
+    pub(super) repass: Option<Duration>,
     pub(super) next_pass: Duration,
     pub(super) spec_fetches: BTreeSet<String>,
     pub(super) secret_fetches: BTreeSet<String>,
@@ -215,7 +228,8 @@ impl AgentLoop {
             },
             failures: 0,
             store_busy: None,
-            report_observe: false,
+            report_observe: None,
+            repass: None,
             progress_at: Duration::ZERO,
             observed: BTreeMap::new(),
             tracks: BTreeMap::new(),
@@ -284,7 +298,12 @@ impl AgentLoop {
         let observing = self.work.observing().is_some();
         let pass = (!observing).then_some(self.next_pass);
         let progress = (!observing && self.work.starting()).then_some(self.progress_at);
-        [link, pass, progress].into_iter().flatten().min()
+        let batched = [self.report_observe, self.repass]
+            .into_iter()
+            .flatten()
+            .min();
+        let batched = batched.filter(|_| !observing);
+        [link, pass, progress, batched].into_iter().flatten().min()
     }
 
     /// Time moved to `now` (monotonic, from the driver's origin).
@@ -411,15 +430,18 @@ impl AgentLoop {
             }
             return Some(action);
         }
-        if self.pass_wanted && self.work.observe(Observe::Decide) {
+        let (now, idle) = (self.now, self.work.is_idle());
+        let due = |at: Option<Duration>| at.is_some_and(|at| now >= at || idle);
+        if (self.pass_wanted || due(self.repass)) && self.work.observe(Observe::Decide) {
             self.pass_wanted = false;
-            self.report_observe = false;
+            self.repass = None;
+            self.report_observe = None;
             self.next_pass = self.now.saturating_add(self.config.sync_interval);
             return Some(Action::Observe);
         }
         let progress = self.work.starting() && self.now >= self.progress_at;
-        if (self.report_observe || progress) && self.work.observe(Observe::Report) {
-            self.report_observe = false;
+        if (due(self.report_observe) || progress) && self.work.observe(Observe::Report) {
+            self.report_observe = None;
             self.progress_at = self.now.saturating_add(PROGRESS_EVERY);
             return Some(Action::Observe);
         }

@@ -758,6 +758,51 @@ fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() 
 /// restarted and a third is stopped, and the slow one is reported starting, observed every
 /// second.
 #[test]
+fn a_burst_of_finished_actions_shares_one_observation_and_one_report() {
+    let mut step = Step::new();
+    step.hold_start("slow-1");
+    step.place("slow-1", &service("slow", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(50));
+    let web = service("web", &[]);
+    let ids: Vec<String> = (0..20).map(|i| format!("web-{i:02}")).collect();
+    for id in &ids {
+        step.hold_start(id);
+        step.place(id, &web, DesiredState::Running);
+    }
+    step.advance(Duration::from_millis(20));
+    let from = step.log.len();
+    // Twenty starts end 10 ms apart, while another start stays in flight.
+    let mut last_done = Duration::ZERO;
+    for id in &ids {
+        last_done = step.clock.now_duration();
+        step.release(id);
+        step.advance(Duration::from_millis(10));
+    }
+    step.advance(Duration::from_millis(100));
+
+    let during = &step.log[from..];
+    let reports: Vec<_> = during
+        .iter()
+        .filter(|(_, a)| a.starts_with("report") && a.contains("+web-"))
+        .collect();
+    assert!(
+        (2..=4).contains(&reports.len()),
+        "a report every 100 ms at most, not one per start: {reports:?}"
+    );
+    assert!(ids.iter().all(|id| running(&step, id)));
+    let last_report = reports.last().map_or(Duration::ZERO, |(at, _)| *at);
+    assert!(
+        last_report >= last_done && last_report - last_done <= Duration::from_millis(100),
+        "the last start reported within 100 ms of its end: {during:?}"
+    );
+    step.release("slow-1");
+    assert!(
+        running(&step, "slow-1"),
+        "once nothing is in flight, reported at once"
+    );
+}
+
+#[test]
 fn a_slow_start_holds_back_only_its_own_instance() {
     let mut step = Step::new();
     let fast = service("fast", &[]);

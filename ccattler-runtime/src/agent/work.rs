@@ -90,6 +90,11 @@ impl Work {
         self.running.contains_key(lane) || self.waiting.contains_key(lane)
     }
 
+    /// Whether no action is queued or in flight (an observation may be).
+    pub(super) fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
     /// Whether a start (of an instance or an init step) is in flight.
     pub(super) fn starting(&self) -> bool {
         self.running
