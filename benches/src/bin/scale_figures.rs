@@ -7,10 +7,10 @@
 //! [--shapes 1000x100,10000x256] [--timeout 120] [--keep]`
 //!
 //! Each run (a mode and a shape) is a process of its own, so that its peak memory is its own.
-//! The phases (apply, steady, node loss, rolling update) and their figures are those of
-//! `ccattler_benches::whole_loop`. `--timeout` bounds each phase (real time for `dev`, virtual
-//! time for `sim`). `--keep` writes the figures measured into the kept file instead of only
-//! comparing.
+//! The phases (apply, steady, node loss, rolling update, stuck over capacity) and their
+//! figures are those of `ccattler_benches::whole_loop`. `--timeout` bounds each phase (real
+//! time for `dev`, virtual time for `sim`). `--keep` writes the figures measured into the kept
+//! file instead of only comparing.
 
 use std::process::Command;
 use std::time::Duration;
@@ -109,12 +109,22 @@ fn print_run(row: &str, figures: &Figures, kept: Option<&Figures>) {
     };
     println!("{row}");
     for phase in PHASES {
-        let line = if phase == "steady" {
+        let rates = || {
             format!(
                 "writes/s {}, passes/s {}, deliveries/s {}",
-                cell("steady_writes_s"),
-                cell("steady_passes_s"),
-                cell("steady_deliveries_s")
+                cell(&format!("{phase}_writes_s")),
+                cell(&format!("{phase}_passes_s")),
+                cell(&format!("{phase}_deliveries_s"))
+            )
+        };
+        let line = if phase == "steady" {
+            rates()
+        } else if phase == "stuck" {
+            format!(
+                "{}; placed {}, unplaced {}",
+                rates(),
+                cell("stuck_placed"),
+                cell("stuck_unplaced")
             )
         } else {
             format!(

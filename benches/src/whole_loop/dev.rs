@@ -13,18 +13,18 @@ use ccattler_examples::cca::progress::{ClusterStatus, StatusFollower};
 use ccattler_store::MemoryStore;
 use futures_util::StreamExt;
 
-use super::{NODE_CPU, NODE_MEMORY, Shape};
+use super::{NODE_CPU, NODE_MEMORY, OVERFLOW, Shape};
 use crate::kept::Figures;
 
 type Error = Box<dyn std::error::Error>;
 
-/// How long the steady phase lasts, and how long after the apply it begins (the status and
-/// endpoints trail the instances' readiness, and the scheduler's rebalancing sweep comes 5 s
-/// after its last partial pass).
+/// How long the steady and stuck windows last, and how long after their phase's apply they
+/// begin (the status and endpoints trail the instances' readiness, and the scheduler's
+/// rebalancing sweep comes 5 s after its last partial pass).
 const STEADY: Duration = Duration::from_secs(5);
 const SETTLE: Duration = Duration::from_secs(10);
 
-/// Runs the four phases on a new cluster of `shape`; each waits at most `timeout`.
+/// Runs the five phases on a new cluster of `shape`; each waits at most `timeout`.
 ///
 /// # Errors
 ///
@@ -60,7 +60,7 @@ pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> 
             m.until(|s| s.is_converged()).await
         })
         .await?;
-    meter.steady(&passes).await?;
+    meter.rates("steady", &passes).await?;
     meter
         .phase("loss", async |m: &mut Meter| {
             cluster.crash_node(1);
@@ -79,6 +79,23 @@ pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> 
         })
         .await?;
 
+    meter
+        .phase("stuck", async |m: &mut Meter| {
+            m.apply(&shape.overflowing_document()).await?;
+            m.until(is_stuck).await
+        })
+        .await?;
+    let stuck = meter.follower.last();
+    meter.rates("stuck", &passes).await?;
+    if let Some(row) = stuck.services.iter().find(|s| s.name == OVERFLOW) {
+        meter
+            .figures
+            .insert("stuck_placed".into(), row.placed.into());
+        meter
+            .figures
+            .insert("stuck_unplaced".into(), row.unplaced.into());
+    }
+
     let mut figures = meter.figures;
     let lapses = meter.leases.lapsed.load(Ordering::Relaxed);
     figures.insert("lapses".into(), lapses.saturating_sub(1) as f64);
@@ -89,6 +106,21 @@ pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> 
         crate::peak_resident_bytes().unwrap_or_default() as f64 / 1e6,
     );
     Ok(figures)
+}
+
+/// Whether every service but [`OVERFLOW`] has converged, and of that one, what is placed runs
+/// ready while the rest is unplaced with a reason.
+fn is_stuck(status: &ClusterStatus) -> bool {
+    status.services.iter().all(|s| {
+        if s.name != OVERFLOW {
+            return s.converged;
+        }
+        s.unplaced > 0
+            && !s.reasons.is_empty()
+            && s.placed + s.unplaced == s.desired
+            && s.running == s.placed
+            && s.ready == s.placed
+    })
 }
 
 /// Counts node leases that expired, from a watch of their prefix.
@@ -167,8 +199,9 @@ impl Meter {
         Ok(())
     }
 
-    /// Nothing changes for [`STEADY`]: the rates of writes, passes and deliveries.
-    async fn steady(&mut self, passes: &impl Fn() -> u64) -> Result<(), Error> {
+    /// After [`SETTLE`], nothing changes for [`STEADY`]: the rates of writes, passes and
+    /// deliveries, as `{name}_writes_s`, `{name}_passes_s` and `{name}_deliveries_s`.
+    async fn rates(&mut self, name: &str, passes: &impl Fn() -> u64) -> Result<(), Error> {
         // Keep reading the status meanwhile, as `cca dev` does.
         self.follow_for(SETTLE).await;
         let before = passes();
@@ -179,15 +212,15 @@ impl Meter {
         let f = &mut self.figures;
         let per_s = |n: u64| n as f64 / seconds;
         f.insert(
-            "steady_writes_s".into(),
+            format!("{name}_writes_s"),
             per_s(end.revision - start.revision),
         );
         f.insert(
-            "steady_deliveries_s".into(),
+            format!("{name}_deliveries_s"),
             per_s(end.deliveries - start.deliveries),
         );
         f.insert(
-            "steady_passes_s".into(),
+            format!("{name}_passes_s"),
             per_s(passes().saturating_sub(before)),
         );
         Ok(())

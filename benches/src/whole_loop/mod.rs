@@ -13,6 +13,12 @@
 //! 4. **update**: a new version of `svc0` (a tenth of the instances, rolled out a tenth at a
 //!    time: `max_unavailable` and `max_extra` of a tenth of its count), until every instance
 //!    runs the new version, ready.
+//! 5. **stuck**: a service [`OVERFLOW`] that does not fit is added (2 instances a node of
+//!    40Gi each, where a node holds 64Gi: one fits a node): once the part that fits runs and
+//!    the rest is unplaced with the scheduler's reason, and after the same settling as steady,
+//!    writes, passes and deliveries per second while it stays stuck (`stuck_writes_s`,
+//!    `stuck_passes_s`, `stuck_deliveries_s`), and how many are placed and unplaced
+//!    (`stuck_placed`, `stuck_unplaced`).
 //!
 //! Each phase gives its time (`PHASE_s`), its store writes (`PHASE_writes`: revisions, one per
 //! committed transaction) and its watch deliveries (`PHASE_deliveries`: events handed to the
@@ -35,6 +41,9 @@ pub const NODE_CPU: Cpu = Cpu::from_millis(16_000);
 
 /// Each node's memory.
 pub const NODE_MEMORY: Memory = Memory::from_bytes(64 << 30);
+
+/// The service of the stuck phase, which does not fit.
+pub const OVERFLOW: &str = "overflow";
 
 /// `INSTANCESxNODES`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,10 +107,23 @@ impl Shape {
         }
         text
     }
+
+    /// Version 2 of the document and [`OVERFLOW`]: 2 instances a node of 40Gi each, where a
+    /// node holds 64Gi (some of it taken): one fits a node, the rest nowhere.
+    pub fn overflowing_document(&self) -> String {
+        let mut text = self.document(2);
+        let _ = write!(
+            text,
+            "service {OVERFLOW} {{\n    image \"example/{OVERFLOW}:1\"\n    instances {}\n    \
+             resources {{\n        cpu 100m\n        memory 40Gi\n    }}\n}}\n",
+            self.nodes * 2
+        );
+        text
+    }
 }
 
 /// The phases, in order.
-pub const PHASES: [&str; 4] = ["apply", "steady", "loss", "update"];
+pub const PHASES: [&str; 5] = ["apply", "steady", "loss", "update", "stuck"];
 
 #[cfg(test)]
 mod tests {
@@ -129,6 +151,10 @@ mod tests {
             )]
         );
         assert!(one.contains("max_unavailable 10\n"));
+        let over = shape.overflowing_document();
+        let file = ccattler_controllers::lang::SourceFile::new("shape.cca", over.as_str());
+        assert!(ccattler_controllers::lang::check(&file).is_ok(), "{over}");
+        assert!(over.starts_with(&two) && over.contains("instances 200\n"));
         assert!("5x100".parse::<Shape>().is_err());
         assert!("10000by256".parse::<Shape>().is_err());
     }

@@ -9,23 +9,24 @@ use std::time::{Duration, Instant};
 
 use ccattler_controllers::apply::DesiredFacts;
 use ccattler_controllers::lang::{self, SourceFile};
+use ccattler_core::schema::{self, Unschedulable};
 use ccattler_testkit::sim::{Keep, Simulation};
 
-use super::{NODE_CPU, NODE_MEMORY, Shape};
+use super::{NODE_CPU, NODE_MEMORY, OVERFLOW, Shape};
 use crate::kept::Figures;
 
 type Error = Box<dyn std::error::Error>;
 
-/// How long the steady phase lasts, in virtual time, and how long after the apply it begins
-/// (the status and endpoints trail the instances' readiness, and the scheduler's rebalancing
-/// sweep comes 5 s after its last partial pass).
+/// How long the steady and stuck windows last, in virtual time, and how long after their
+/// phase's apply they begin (the status and endpoints trail the instances' readiness, and the
+/// scheduler's rebalancing sweep comes 5 s after its last partial pass).
 const STEADY: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_secs(10);
 
 /// When the document is applied: once every node has booted (they boot within 2 s).
 const APPLY_AT: Duration = Duration::from_secs(2);
 
-/// Runs the four phases on a new simulation of `shape`; each may take at most `limit` of
+/// Runs the five phases on a new simulation of `shape`; each may take at most `limit` of
 /// virtual time.
 ///
 /// # Errors
@@ -49,23 +50,7 @@ pub fn measure(shape: Shape, limit: Duration) -> Result<Figures, Error> {
     wait(&mut sim, "apply", true, limit)?;
     mark.phase("apply", &sim, &mut figures);
 
-    sim.run_until(sim.now() + SETTLE);
-    let mark = Mark::of(&sim);
-    sim.run_until(sim.now() + STEADY);
-    let seconds = STEADY.as_secs_f64();
-    let after = Mark::of(&sim);
-    figures.insert(
-        "steady_writes_s".into(),
-        (after.revision - mark.revision) as f64 / seconds,
-    );
-    figures.insert(
-        "steady_deliveries_s".into(),
-        (after.deliveries - mark.deliveries) as f64 / seconds,
-    );
-    figures.insert(
-        "steady_passes_s".into(),
-        (after.passes - mark.passes) as f64 / seconds,
-    );
+    rates(&mut sim, "steady", &mut figures);
 
     let mark = Mark::of(&sim);
     if !sim.crash_node("n1", Duration::from_secs(24 * 3600), true) {
@@ -80,6 +65,14 @@ pub fn measure(shape: Shape, limit: Duration) -> Result<Figures, Error> {
     wait(&mut sim, "update", false, limit)?;
     wait(&mut sim, "update", true, limit)?;
     mark.phase("update", &sim, &mut figures);
+
+    let mark = Mark::of(&sim);
+    sim.apply(desired(&shape.overflowing_document())?);
+    let (placed, unplaced) = until_stuck(&mut sim, shape.nodes * 2, limit)?;
+    mark.phase("stuck", &sim, &mut figures);
+    rates(&mut sim, "stuck", &mut figures);
+    figures.insert("stuck_placed".into(), placed as f64);
+    figures.insert("stuck_unplaced".into(), unplaced as f64);
 
     figures.insert("wall_s".into(), started.elapsed().as_secs_f64());
     figures.insert(
@@ -115,6 +108,46 @@ fn wait(sim: &mut Simulation, phase: &str, ready: bool, limit: Duration) -> Resu
         )
         .into()),
     }
+}
+
+/// After [`SETTLE`], nothing changes for [`STEADY`]: the rates of writes, passes and
+/// deliveries, as `{name}_writes_s`, `{name}_passes_s` and `{name}_deliveries_s`.
+fn rates(sim: &mut Simulation, name: &str, figures: &mut Figures) {
+    sim.run_until(sim.now() + SETTLE);
+    let mark = Mark::of(sim);
+    sim.run_until(sim.now() + STEADY);
+    let after = Mark::of(sim);
+    let per_s = |n: u64| n as f64 / STEADY.as_secs_f64();
+    let mut rate = |what: &str, n: u64| figures.insert(format!("{name}_{what}_s"), per_s(n));
+    rate("writes", after.revision - mark.revision);
+    rate("deliveries", after.deliveries - mark.deliveries);
+    rate("passes", after.passes - mark.passes);
+}
+
+/// Steps a second of virtual time at a time until every one of the `desired` instances of
+/// [`OVERFLOW`] runs or is unplaced with a reason, some of them unplaced, within `limit`:
+/// how many run and how many are unplaced.
+fn until_stuck(sim: &mut Simulation, desired: u32, limit: Duration) -> Result<(u32, u32), Error> {
+    let until = sim.now() + limit;
+    while sim.now() < until {
+        sim.run_until(sim.now() + Duration::from_secs(1));
+        if let Some(violation) = sim.violation() {
+            return Err(format!("stuck: {violation}").into());
+        }
+        let running = u32::try_from(sim.running(OVERFLOW)).unwrap_or(u32::MAX);
+        let unplaced = sim.snapshot().map_or(0, |s| {
+            s.view()
+                .scan(schema::UNSCHEDULABLE)
+                .filter_map(|f| schema::decode::<Unschedulable>(f).ok())
+                .filter(|u| u.service == OVERFLOW && !u.reason.is_empty())
+                .count()
+        });
+        let unplaced = u32::try_from(unplaced).unwrap_or(u32::MAX);
+        if unplaced > 0 && running + unplaced == desired {
+            return Ok((running, unplaced));
+        }
+    }
+    Err(format!("stuck: {OVERFLOW} not settled within {limit:?} of virtual time").into())
 }
 
 /// The simulation's counters at one moment.
