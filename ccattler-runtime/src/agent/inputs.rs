@@ -6,7 +6,7 @@ use ccattler_core::schema::{self, Assignment, RecordKey, ServiceSpec};
 use ccattler_core::{EventKind, Fact, LeaseId, Revision, RuntimeError, StoreError, WatchEvent};
 
 use super::action::{Action, Listing, Sample};
-use super::machine::{ACTION_BATCH, AgentLoop, Link, RuntimeOp, StoreOp};
+use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
 use super::plan::Renew;
 use super::spec::secret_in_env;
 use super::work::Observe;
@@ -367,7 +367,7 @@ impl AgentLoop {
             }
             _ => {}
         }
-        let due = self.now.saturating_add(ACTION_BATCH);
+        let due = self.batch_due();
         self.report_observe.get_or_insert(due);
     }
 

@@ -306,6 +306,11 @@ impl AgentLoop {
         [link, pass, progress, batched].into_iter().flatten().min()
     }
 
+    /// When what finishes now is due to be observed at the latest ([`ACTION_BATCH`] from now).
+    pub(super) fn batch_due(&self) -> Duration {
+        self.now.saturating_add(ACTION_BATCH)
+    }
+
     /// Time moved to `now` (monotonic, from the driver's origin).
     pub fn tick(&mut self, now: Duration) {
         self.now = self.now.max(now);

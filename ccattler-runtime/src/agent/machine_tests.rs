@@ -753,10 +753,9 @@ fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() 
     );
 }
 
-/// A start that takes longer than the lease TTL (an image pull) holds back only its own
-/// instance: meanwhile the lease is renewed, another instance is started, a crashed one is
-/// restarted and a third is stopped, and the slow one is reported starting, observed every
-/// second.
+/// Runtime actions that finish while another is in flight share their observation and report,
+/// each reported within 100 ms of its end; once nothing is in flight, a finished one is
+/// reported at once.
 #[test]
 fn a_burst_of_finished_actions_shares_one_observation_and_one_report() {
     let mut step = Step::new();
@@ -802,6 +801,10 @@ fn a_burst_of_finished_actions_shares_one_observation_and_one_report() {
     );
 }
 
+/// A start that takes longer than the lease TTL (an image pull) holds back only its own
+/// instance: meanwhile the lease is renewed, another instance is started, a crashed one is
+/// restarted and a third is stopped, and the slow one is reported starting, observed every
+/// second.
 #[test]
 fn a_slow_start_holds_back_only_its_own_instance() {
     let mut step = Step::new();

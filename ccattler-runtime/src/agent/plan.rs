@@ -9,7 +9,7 @@ use ccattler_core::schema::{DesiredState, ServiceSpec};
 use ccattler_core::{InstanceState, ObservedInstance};
 
 use super::action::{Action, StopReason};
-use super::machine::{ACTION_BATCH, AgentLoop, RuntimeOp};
+use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::spec::{MissingSecret, init_id, init_spec, instance_spec, owner, restarts};
 use super::work::Observing;
@@ -103,8 +103,8 @@ impl AgentLoop {
                 continue;
             }
             if self.work.changed_since(id, observation) {
-                self.repass
-                    .get_or_insert(self.now.saturating_add(ACTION_BATCH));
+                let due = self.batch_due();
+                self.repass.get_or_insert(due);
                 continue;
             }
             let seen = self.observed.get(id).map(|s| &s.instance);
@@ -281,8 +281,8 @@ impl AgentLoop {
                 continue;
             }
             if self.work.changed_since(id, observation) {
-                self.repass
-                    .get_or_insert(self.now.saturating_add(ACTION_BATCH));
+                let due = self.batch_due();
+                self.repass.get_or_insert(due);
                 continue;
             }
             if sample.instance.state.has_ended() {
