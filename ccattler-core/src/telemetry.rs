@@ -28,7 +28,7 @@
 //! | `ccattler_agent_connected` | gauge | none | the node agent | 1 while registered and watching its placements, 0 while the store is unreachable |
 //! | `ccattler_agent_probes_total` | counter | `probe`, `result` | the node agent | probe checks by kind (`startup`, `liveness`, `readiness`) and `result` (`pass`, `fail`) |
 //! | `ccattler_agent_pass_duration_seconds` | histogram | none | the node agent | one pass: from its observation of the runtime until the runtime is idle again (its starts, stops and probes done, the observation to report made) |
-//! | `ccattler_agent_store_errors_total` | counter | `operation` | the node agent | store calls that failed: `register`, `list`, `watch`, `fetch_spec`, `fetch_secrets`, `renew_lease`, `report` |
+//! | `ccattler_agent_store_errors_total` | counter | `operation` | the node agent | store calls that failed: `register`, `list`, `watch`, `fetch_specs`, `fetch_secrets`, `renew_lease`, `report` |
 //!
 //! # Why the scheduler's gauges are computed at scrape time
 //!

@@ -62,13 +62,13 @@ pub enum Action {
         /// The first revision to deliver.
         from: Revision,
     },
-    /// Get `key`, the spec of `service`. Report with
-    /// [`fetched_spec`](super::AgentLoop::fetched_spec).
-    FetchSpec {
-        /// The service.
-        service: String,
-        /// `desired/service/{service}`.
-        key: Key,
+    /// Get each service's spec. Report the facts (in order) with
+    /// [`fetched_specs`](super::AgentLoop::fetched_specs). One action asks for every service
+    /// the placements in hand need, so that a node given instances of ten services learns
+    /// them in one round and judges its placements once, not once a service.
+    FetchSpecs {
+        /// `desired/service/{service}` keys.
+        keys: Vec<Key>,
     },
     /// Get each secret. Report the facts (in order) with
     /// [`fetched_secrets`](super::AgentLoop::fetched_secrets).
@@ -172,7 +172,7 @@ impl Action {
             Action::Register { .. }
             | Action::List { .. }
             | Action::Watch { .. }
-            | Action::FetchSpec { .. }
+            | Action::FetchSpecs { .. }
             | Action::FetchSecrets { .. }
             | Action::Report { .. } => Lane::Store,
             Action::KeepLease { .. } => Lane::Lease,
@@ -200,7 +200,7 @@ impl fmt::Display for Action {
             },
             Action::List { .. } => f.write_str("list placements"),
             Action::Watch { from, .. } => write!(f, "watch placements from {from}"),
-            Action::FetchSpec { service, .. } => write!(f, "fetch spec {service}"),
+            Action::FetchSpecs { keys } => write!(f, "fetch {} specs", keys.len()),
             Action::FetchSecrets { keys } => write!(f, "fetch {} secrets", keys.len()),
             Action::KeepLease { lease, every } => {
                 write!(f, "keep lease {lease} alive every {} ms", every.as_millis())

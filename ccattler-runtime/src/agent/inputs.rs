@@ -145,20 +145,37 @@ impl AgentLoop {
         }
     }
 
-    /// The result of [`Action::FetchSpec`]: the service's record, `None` if it is gone.
-    pub fn fetched_spec(&mut self, result: Result<Option<Fact>, StoreError>) {
-        let Some(StoreOp::FetchSpec(service)) =
-            self.store_done(|op| matches!(op, StoreOp::FetchSpec(_)))
+    /// The result of [`Action::FetchSpecs`]: one fact per service asked for, `None` when the
+    /// service is gone.
+    ///
+    /// A version the placements want that no fetched spec has is remembered as unavailable:
+    /// its instances wait, reported `pending` with the reason.
+    pub fn fetched_specs(&mut self, result: Result<Vec<Option<Fact>>, StoreError>) {
+        let Some(StoreOp::FetchSpecs(services)) =
+            self.store_done(|op| matches!(op, StoreOp::FetchSpecs(_)))
         else {
             return;
         };
         if !self.is_connected() {
             return; // disconnected meanwhile: the next list asks again
         }
-        let fact = match result {
-            Ok(fact) => fact,
-            Err(err) => return self.disconnect(format!("fetching spec {service} failed: {err}")),
+        let facts = match result {
+            Ok(facts) => facts,
+            Err(err) => {
+                let services = services.join(", ");
+                return self.disconnect(format!("fetching the specs of {services} failed: {err}"));
+            }
         };
+        for (service, fact) in services.into_iter().zip(facts) {
+            self.learn_spec(service, fact);
+        }
+        self.save_cache();
+        self.pass_wanted = true; // which reports what it finds
+    }
+
+    /// Keeps the fetched spec of `service` if a placement wants its version, and marks every
+    /// wanted version without a spec unavailable.
+    fn learn_spec(&mut self, service: String, fact: Option<Fact>) {
         let spec = fact.and_then(|f| schema::decode::<ServiceSpec>(&f).ok());
         let wanted: BTreeSet<String> = self
             .desired
@@ -184,9 +201,6 @@ impl AgentLoop {
                 self.unavailable.insert((service.clone(), version));
             }
         }
-        self.save_cache();
-        self.pass_wanted = true;
-        self.report_wanted = true;
     }
 
     /// The result of [`Action::FetchSecrets`]: one fact per key asked for, `None` when missing.
@@ -307,10 +321,22 @@ impl AgentLoop {
                     .into_iter()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                if seen.purpose == Observe::Decide {
+                let decided = seen.purpose == Observe::Decide;
+                if decided {
                     self.plan_pass(seen);
                 }
-                self.report_wanted = true;
+                if decided && !self.work.is_idle() {
+                    // What the pass set going is reported with what it did, in one batch: once
+                    // it is done, or by the deadline a report already waited for, or within
+                    // the batch window.
+                    let due = self.batch_due();
+                    self.report_observe.get_or_insert(due);
+                } else {
+                    self.report_wanted = true;
+                    if decided {
+                        self.report_observe = None; // this observation is the report
+                    }
+                }
             }
             Err(err) => self.outbox.push_back(Action::RuntimeFailed {
                 reason: format!("observing failed: {err}"),

@@ -108,7 +108,7 @@ pub(super) fn store_operation(action: &Action) -> &'static str {
         Action::Register { .. } => "register",
         Action::List { .. } => "list",
         Action::Watch { .. } => "watch",
-        Action::FetchSpec { .. } => "fetch_spec",
+        Action::FetchSpecs { .. } => "fetch_specs",
         Action::FetchSecrets { .. } => "fetch_secrets",
         Action::Report { .. } => "report",
         _ => "other",

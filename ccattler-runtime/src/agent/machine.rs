@@ -60,7 +60,7 @@ pub(super) enum Link {
 pub(super) enum StoreOp {
     Register,
     List,
-    FetchSpec(String),
+    FetchSpecs(Vec<String>),
     FetchSecrets(Vec<String>),
     Report(Vec<(String, Option<Value>)>),
 }
@@ -98,7 +98,7 @@ impl RuntimeOp {
 /// Inputs: [`tick`](Self::tick) (time moved), and the result of each action the loop asked for:
 /// [`registered`](Self::registered), [`listed`](Self::listed), [`event`](Self::event) and
 /// [`watch_failed`](Self::watch_failed) for the placement watch,
-/// [`fetched_spec`](Self::fetched_spec), [`fetched_secrets`](Self::fetched_secrets),
+/// [`fetched_specs`](Self::fetched_specs), [`fetched_secrets`](Self::fetched_secrets),
 /// [`renewed`](Self::renewed), [`reported`](Self::reported), [`observed`](Self::observed),
 /// [`done`](Self::done) and [`probed`](Self::probed). Outputs: [`next_action`](Self::next_action)
 /// until `None`, then wait for a result, a watch event or [`deadline`](Self::deadline).
@@ -357,26 +357,21 @@ impl AgentLoop {
                 Some(self.list_action())
             }
             Link::Live { lease, .. } => {
-                if let Some(service) = self.spec_fetches.pop_first() {
-                    let key = match schema::keys::service(&service) {
-                        Ok(key) => key,
-                        Err(_) => return self.store_work(), // not a valid name: nothing to fetch
-                    };
-                    self.store_busy = Some(StoreOp::FetchSpec(service.clone()));
-                    return Some(Action::FetchSpec { service, key });
+                if !self.spec_fetches.is_empty() {
+                    let (services, keys) = keyed(
+                        std::mem::take(&mut self.spec_fetches),
+                        schema::keys::service,
+                    );
+                    if !keys.is_empty() {
+                        self.store_busy = Some(StoreOp::FetchSpecs(services));
+                        return Some(Action::FetchSpecs { keys });
+                    }
                 }
                 if !self.secret_fetches.is_empty() {
-                    let names: Vec<String> = std::mem::take(&mut self.secret_fetches)
-                        .into_iter()
-                        .collect();
-                    let keys: Vec<Key> = names
-                        .iter()
-                        .filter_map(|name| schema::keys::secret(name).ok())
-                        .collect();
-                    let names = names
-                        .into_iter()
-                        .filter(|name| schema::keys::secret(name).is_ok())
-                        .collect();
+                    let (names, keys) = keyed(
+                        std::mem::take(&mut self.secret_fetches),
+                        schema::keys::secret,
+                    );
                     self.store_busy = Some(StoreOp::FetchSecrets(names));
                     return Some(Action::FetchSecrets { keys });
                 }
@@ -440,7 +435,6 @@ impl AgentLoop {
         if (self.pass_wanted || due(self.repass)) && self.work.observe(Observe::Decide) {
             self.pass_wanted = false;
             self.repass = None;
-            self.report_observe = None;
             self.next_pass = self.now.saturating_add(self.config.sync_interval);
             return Some(Action::Observe);
         }
@@ -485,8 +479,7 @@ impl AgentLoop {
         self.placed_at
             .retain(|id, _| placements.contains_key(id) || observed.contains_key(id));
         self.save_cache();
-        self.pass_wanted = true;
-        self.report_wanted = true;
+        self.pass_wanted = true; // which reports what changed
     }
 
     /// Records that `id`'s placement was created at `created`. Placed anew over an earlier
@@ -542,4 +535,18 @@ impl AgentLoop {
         self.outbox
             .push_back(Action::Disconnected { reason, retry_in });
     }
+}
+
+/// Each name with its key, leaving out the names that make no key (nothing to fetch for them).
+fn keyed<E>(
+    names: BTreeSet<String>,
+    key: impl Fn(&str) -> Result<Key, E>,
+) -> (Vec<String>, Vec<Key>) {
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let key = key(&name).ok()?;
+            Some((name, key))
+        })
+        .unzip()
 }

@@ -722,7 +722,7 @@ fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() 
         step.machine.tick(step.clock.now_duration());
         step.drain_watch();
         match step.machine.next_action() {
-            Some(action @ Action::FetchSpec { .. }) => held = Some(action),
+            Some(action @ Action::FetchSpecs { .. }) => held = Some(action),
             Some(action) => step.perform(action),
             None => {}
         }
@@ -751,6 +751,62 @@ fn an_instance_whose_spec_is_not_fetched_yet_is_reported_pending_never_failed() 
                     .is_some_and(|r| r.contains("waiting for the spec"))),
         "the first report says what it waits for: {states:?}"
     );
+}
+
+/// Placements of several services that arrive together are judged after one fetch of all
+/// their specs, not one fetch (and one pass) a service.
+#[test]
+fn placements_of_several_services_fetch_their_specs_in_one_action() {
+    let mut step = Step::new();
+    step.advance(Duration::from_millis(100));
+    for name in ["web", "api", "worker"] {
+        step.place(
+            &format!("{name}-1"),
+            &service(name, &[]),
+            DesiredState::Running,
+        );
+    }
+    step.advance_until("all three run", |step| {
+        ["web-1", "api-1", "worker-1"]
+            .iter()
+            .all(|id| running(step, id))
+    });
+    assert_eq!(step.count("fetch 3 specs"), 1, "{:?}", step.tail());
+    assert_eq!(step.count("fetch "), 1, "no other fetch: {:?}", step.tail());
+}
+
+/// A placement whose start ends within the batch window is reported once, running; one whose
+/// start takes longer is reported starting within the window, then running.
+#[test]
+fn a_new_placement_is_reported_once_when_its_start_is_quick() {
+    let mut step = Step::new();
+    step.advance(Duration::from_millis(100));
+    step.place("quick", &service("quick", &[]), DesiredState::Running);
+    step.advance_until("quick runs", |step| running(step, "quick"));
+    step.advance(Duration::from_millis(200));
+    assert_eq!(step.count("report +quick"), 1, "{:?}", step.tail());
+
+    step.hold_start("slow");
+    step.place("slow", &service("slow", &[]), DesiredState::Running);
+    step.advance_until("slow is asked to start", |step| {
+        step.count("ensure_running slow") == 1
+    });
+    let asked = step.clock.now_duration();
+    step.advance(Duration::from_millis(150));
+    let first = step
+        .log
+        .iter()
+        .find(|(_, a)| a.starts_with("report +slow"))
+        .map(|(at, _)| *at);
+    assert!(
+        first.is_some_and(|at| at <= asked + Duration::from_millis(100)),
+        "reported starting within 100 ms: {:?}",
+        step.tail()
+    );
+    let seen = step.observation("slow").expect("reported");
+    assert_eq!(seen.state, ObservedState::Starting, "{seen:?}");
+    step.release("slow");
+    assert!(running(&step, "slow"));
 }
 
 /// Runtime actions that finish while another is in flight share their observation and report,

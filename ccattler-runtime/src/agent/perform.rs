@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use ccattler_core::schema::{self, ProbeCheck};
-use ccattler_core::{Fact, FactStore, LeaseId, Op, Runtime, RuntimeError, StoreError, Txn, Value};
+use ccattler_core::{
+    Fact, FactStore, Key, LeaseId, Op, Runtime, RuntimeError, StoreError, Txn, Value,
+};
 
 use super::action::{Action, Listing, Sample};
 use super::machine::AgentLoop;
@@ -21,8 +23,8 @@ pub enum Outcome {
     Registered(Result<LeaseId, StoreError>),
     /// Of [`Action::List`].
     Listed(Result<Listing, StoreError>),
-    /// Of [`Action::FetchSpec`].
-    FetchedSpec(Result<Option<Fact>, StoreError>),
+    /// Of [`Action::FetchSpecs`].
+    FetchedSpecs(Result<Vec<Option<Fact>>, StoreError>),
     /// Of [`Action::FetchSecrets`].
     FetchedSecrets(Result<Vec<Option<Fact>>, StoreError>),
     /// Of one renewal of the lease an [`Action::KeepLease`] keeps ([`renew`]).
@@ -59,7 +61,7 @@ impl Outcome {
         match self {
             Outcome::Registered(r) => machine.registered(r),
             Outcome::Listed(r) => machine.listed(r),
-            Outcome::FetchedSpec(r) => machine.fetched_spec(r),
+            Outcome::FetchedSpecs(r) => machine.fetched_specs(r),
             Outcome::FetchedSecrets(r) => machine.fetched_secrets(r),
             Outcome::Renewed { lease, result } => machine.renewed(lease, result),
             Outcome::Reported(r) => machine.reported(r),
@@ -73,7 +75,7 @@ impl Outcome {
     pub fn error(&self) -> Option<String> {
         match self {
             Outcome::Registered(Err(e)) | Outcome::Listed(Err(e)) => Some(e.to_string()),
-            Outcome::FetchedSpec(Err(e)) | Outcome::FetchedSecrets(Err(e)) => Some(e.to_string()),
+            Outcome::FetchedSpecs(Err(e)) | Outcome::FetchedSecrets(Err(e)) => Some(e.to_string()),
             Outcome::Renewed { result: Err(e), .. } | Outcome::Reported(Err(e)) => {
                 Some(e.to_string())
             }
@@ -110,17 +112,8 @@ pub async fn store_action<S: FactStore>(
             }
             .await,
         ),
-        Action::FetchSpec { key, .. } => Outcome::FetchedSpec(store.get(&key).await),
-        Action::FetchSecrets { keys } => Outcome::FetchedSecrets(
-            async {
-                let mut facts = Vec::with_capacity(keys.len());
-                for key in &keys {
-                    facts.push(store.get(key).await?);
-                }
-                Ok(facts)
-            }
-            .await,
-        ),
+        Action::FetchSpecs { keys } => Outcome::FetchedSpecs(get_each(store, &keys).await),
+        Action::FetchSecrets { keys } => Outcome::FetchedSecrets(get_each(store, &keys).await),
         Action::Report {
             puts,
             deletes,
@@ -171,11 +164,16 @@ pub fn store_failure(action: &Action, error: StoreError) -> Option<Outcome> {
     Some(match action {
         Action::Register { .. } => Outcome::Registered(Err(error)),
         Action::List { .. } => Outcome::Listed(Err(error)),
-        Action::FetchSpec { .. } => Outcome::FetchedSpec(Err(error)),
+        Action::FetchSpecs { .. } => Outcome::FetchedSpecs(Err(error)),
         Action::FetchSecrets { .. } => Outcome::FetchedSecrets(Err(error)),
         Action::Report { .. } => Outcome::Reported(Err(error)),
         _ => return None,
     })
+}
+
+/// Gets each key, all at once: one fact or `None` per key, in order; the first error fails all.
+async fn get_each<S: FactStore>(store: &S, keys: &[Key]) -> Result<Vec<Option<Fact>>, StoreError> {
+    futures_util::future::try_join_all(keys.iter().map(|key| store.get(key))).await
 }
 
 /// Holds a lease (resuming `resume` when it still lives) and writes the node's liveness key and

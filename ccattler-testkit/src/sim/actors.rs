@@ -226,7 +226,7 @@ fn keys_named(action: &AgentAction) -> usize {
             event_deletes,
             ..
         } => puts.len() + deletes.len() + events.len() + event_deletes.len(),
-        AgentAction::FetchSecrets { keys } => keys.len(),
+        AgentAction::FetchSpecs { keys } | AgentAction::FetchSecrets { keys } => keys.len(),
         _ => 1,
     }
 }
