@@ -190,8 +190,12 @@ fn plan(
     } else {
         index.place(&requests)
     };
-    for (instance, node) in &placements {
-        let desired = &cluster.instances[*instance].desired;
+    // Node by node: the commits go out in transactions of a bounded size, and a node that hears
+    // of its placements together fetches, starts and reports them together.
+    let mut by_node: Vec<(&str, &String)> = placements.iter().map(|(i, n)| (*i, n)).collect();
+    by_node.sort_by(|a, b| a.1.cmp(b.1));
+    for (instance, node) in by_node {
+        let desired = &cluster.instances[instance].desired;
         // Beside the placement, the one key that guards where this instance goes: a view that
         // missed its placement elsewhere (watches of different prefixes lag apart) holds an
         // older revision of it, so this commit conflicts instead of placing it twice.
