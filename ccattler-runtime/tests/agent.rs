@@ -39,13 +39,20 @@ impl Node {
 
     /// Starts an agent (and a runtime object) over the same directories as any before it.
     fn start(&mut self) {
+        self.start_with(|config| config);
+    }
+
+    /// [`start`](Self::start), with the agent's config changed by `change`.
+    fn start_with(&mut self, change: impl FnOnce(AgentConfig) -> AgentConfig) {
         let runtime =
             Arc::new(ProcessRuntime::new(self.dir.path().join("runtime")).expect("runtime"));
-        let config = AgentConfig::new(NODE, self.dir.path().join("agent"))
-            .sync_interval(Duration::from_millis(50))
-            .lease_ttl(Duration::from_secs(3))
-            .stop_grace(Duration::from_millis(500))
-            .max_backoff(Duration::from_millis(200));
+        let config = change(
+            AgentConfig::new(NODE, self.dir.path().join("agent"))
+                .sync_interval(Duration::from_millis(50))
+                .lease_ttl(Duration::from_secs(3))
+                .stop_grace(Duration::from_millis(500))
+                .max_backoff(Duration::from_millis(200)),
+        );
         let agent = NodeAgent::new(self.store.clone(), runtime.clone(), config).expect("agent");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -404,4 +411,20 @@ async fn init_steps_run_in_order_before_the_main_process() {
     );
     node.runtime().kill_all();
     node.stop().await;
+}
+
+/// An agent whose cache is not persisted writes nothing where the cache would go, and still
+/// runs what is placed; one whose cache is persisted has it on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_a_persisted_cache_writes_no_file() {
+    let mut node = Node::new();
+    node.start_with(|config| config.persist_cache(false));
+    node.run_sleeper("sleeper", "sleep").await;
+    node.stop().await;
+    assert!(!node.dir.path().join("agent").exists());
+
+    node.start();
+    node.wait_for("sleeper", "running", running).await;
+    node.stop().await;
+    assert!(node.dir.path().join("agent/desired.json").exists());
 }

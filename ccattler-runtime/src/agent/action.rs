@@ -144,7 +144,8 @@ pub enum Action {
         address: Option<String>,
     },
     /// Write the cache file (private, synced, renamed into place). Nothing to report; a failure
-    /// is the driver's to log.
+    /// is the driver's to log. Never asked for when
+    /// [`AgentConfig::persist_cache`](super::AgentConfig::persist_cache) is off.
     SaveCache {
         /// What to write.
         desired: Box<Desired>,

@@ -33,6 +33,12 @@ pub struct AgentConfig {
     /// Where the agent keeps the last desired state it saw (and its lease id). Required for
     /// the agent to keep workloads running when it restarts while the store is unreachable.
     pub cache_dir: PathBuf,
+    /// Whether the agent writes that cache to disk (synced, on every change of its placements,
+    /// specs or lease). Default true. Turn it off only where nothing could be adopted after a
+    /// restart: a runtime whose workloads end with the process (the simulator), as in a
+    /// cluster of many simulated nodes in one process, where each save would create a file
+    /// and sync a disk every node shares. Without it a restarted agent starts from nothing.
+    pub persist_cache: bool,
     /// TTL of the node's liveness lease. Default 10 s.
     pub lease_ttl: Duration,
     /// Where the lease is renewed (every third of its TTL). Default
@@ -81,6 +87,7 @@ impl AgentConfig {
             architecture: machine_architecture().to_owned(),
             address: "127.0.0.1".to_owned(),
             cache_dir: cache_dir.into(),
+            persist_cache: true,
             lease_ttl: Duration::from_secs(10),
             renew_on: RenewOn::default(),
             sync_interval: Duration::from_secs(1),
@@ -163,6 +170,13 @@ impl AgentConfig {
     #[must_use]
     pub fn renew_on(mut self, on: RenewOn) -> Self {
         self.renew_on = on;
+        self
+    }
+
+    /// Writes the cache to disk or not (see [`persist_cache`](Self::persist_cache)).
+    #[must_use]
+    pub fn persist_cache(mut self, on: bool) -> Self {
+        self.persist_cache = on;
         self
     }
 

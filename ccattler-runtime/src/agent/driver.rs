@@ -13,7 +13,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::action::{Action, Lane};
-use super::cache::Cache;
+use super::cache::{Cache, Desired};
 use super::cache_writer::CacheWriter;
 use super::keeper::Keeper;
 use super::local::{self, NodeSnapshot, PASS_DURATION};
@@ -64,14 +64,18 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
         shutdown: impl Future<Output = ()> + Send,
         snapshots: Option<tokio::sync::watch::Sender<NodeSnapshot>>,
     ) -> Result<(), AgentError> {
-        let cache = Cache::new(&self.config.cache_dir);
-        let desired = cache.load();
-        cache.save(&desired).map_err(|source| AgentError::Cache {
-            dir: self.config.cache_dir.clone(),
-            source,
-        })?;
         let node = self.config.node.clone();
-        let cache = CacheWriter::spawn(cache, node.clone());
+        let (desired, cache) = if self.config.persist_cache {
+            let cache = Cache::new(&self.config.cache_dir);
+            let desired = cache.load();
+            cache.save(&desired).map_err(|source| AgentError::Cache {
+                dir: self.config.cache_dir.clone(),
+                source,
+            })?;
+            (desired, Some(CacheWriter::spawn(cache, node.clone())))
+        } else {
+            (Desired::default(), None)
+        };
         let mut machine = AgentLoop::new(self.config.clone(), desired);
         let origin = Instant::now();
         machine.set_epoch(std::time::SystemTime::now());
@@ -100,7 +104,11 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                             machine.watch_failed(err);
                         }
                     },
-                    Action::SaveCache { desired } => cache.save(desired),
+                    Action::SaveCache { desired } => {
+                        if let Some(cache) = &cache {
+                            cache.save(desired);
+                        }
+                    }
                     Action::KeepLease { lease, every } => {
                         let on = self.config.renew_on;
                         let failed = renewal_failed.clone();
@@ -179,7 +187,9 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     // Its renewals end with the agent: the node's lease runs out unless the
                     // agent starts again within its TTL.
                     drop(keeper);
-                    cache.close().await;
+                    if let Some(cache) = cache {
+                        cache.close().await;
+                    }
                     return Ok(());
                 }
                 Some(outcome) = renewal_failures.recv() => {

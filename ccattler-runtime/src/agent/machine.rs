@@ -120,9 +120,11 @@ impl RuntimeOp {
 /// waits for a later pass); as actions finish, observe again, report what changed and pass
 /// again over the instances that acted: at once when no other action is queued or in flight,
 /// else within 100 ms of the first unreported one, so that a burst of actions costs one
-/// observation, one report and one pass, not one each. A pass
-/// runs every [`AgentConfig::sync_interval`], and at once after a placement, spec or secret
-/// changes. While a start is in flight, the runtime is observed every second and the report
+/// observation, one report and one pass, not one each. A pass reports what it found with what
+/// it set going, by the same rule: a new placement whose start ends within 100 ms is reported
+/// once, running. A pass runs every [`AgentConfig::sync_interval`], and at once after a
+/// placement, spec or secret changes; the specs that new placements need are fetched in one
+/// action. While a start is in flight, the runtime is observed every second and the report
 /// follows it (a pull's progress).
 ///
 /// # Guarantees
@@ -324,7 +326,7 @@ impl AgentLoop {
         if let Some(action) = self.outbox.pop_front() {
             return Some(action);
         }
-        if self.cache_dirty {
+        if self.cache_dirty && self.config.persist_cache {
             self.cache_dirty = false;
             return Some(Action::SaveCache {
                 desired: Box::new(self.desired.clone()),

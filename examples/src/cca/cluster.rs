@@ -214,10 +214,11 @@ impl DevCluster {
                     runtimes.push(Arc::clone(&runtime));
                     spawn_agent(&cluster.store, runtime, agent, report.clone())?
                 }
+                // Simulated workloads end with the process: nothing to adopt from a cache.
                 Workloads::Sim => spawn_agent(
                     &cluster.store,
                     Arc::new(SimulatorRuntime::new()),
-                    agent,
+                    agent.persist_cache(false),
                     report.clone(),
                 )?,
             };
@@ -236,9 +237,9 @@ impl DevCluster {
         self.state.path()
     }
 
-    /// How long registering every node may take: 10 s, plus 5 ms a node (each agent makes its
-    /// cache directory and writes its cache durably before it registers: ten thousand of them
-    /// on a disk take about 20 s).
+    /// How long registering every node may take: 10 s, plus 5 ms a node (with the process
+    /// runtime each agent makes its cache directory and writes its cache durably before it
+    /// registers: ten thousand of them on a disk take about 20 s).
     pub fn registration_timeout(&self) -> Duration {
         Duration::from_secs(10) + Duration::from_millis(5).saturating_mul(self.nodes)
     }
