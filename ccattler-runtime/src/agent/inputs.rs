@@ -325,10 +325,16 @@ impl AgentLoop {
                 if decided {
                     self.plan_pass(seen);
                 }
-                if decided && !self.work.is_idle() {
-                    // What the pass set going is reported with what it did, in one batch: once
-                    // it is done, or by the deadline a report already waited for, or within
-                    // the batch window.
+                // A pass that set only new instances going (none reported yet: nothing else
+                // to tell) reports them with what their starts did, in one batch: once they
+                // are done, or by the deadline a report already waited for, or within the
+                // batch window. Anything else (a crash it restarts, a stop) is reported now.
+                let only_new = !self.work.is_idle()
+                    && self
+                        .work
+                        .busy_lanes()
+                        .all(|id| !self.reported.contains_key(id));
+                if decided && only_new {
                     let due = self.batch_due();
                     self.report_observe.get_or_insert(due);
                 } else {
