@@ -325,16 +325,13 @@ impl AgentLoop {
                 if decided {
                     self.plan_pass(seen);
                 }
-                // A pass that set only new instances going (none reported yet: nothing else
-                // to tell) reports them with what their starts did, in one batch: once they
-                // are done, or by the deadline a report already waited for, or within the
-                // batch window. Anything else (a crash it restarts, a stop) is reported now.
-                let only_new = !self.work.is_idle()
-                    && self
-                        .work
-                        .busy_lanes()
-                        .all(|id| !self.reported.contains_key(id));
-                if decided && only_new {
+                // A pass that set only instances going that are not up yet (nothing else to
+                // tell) reports them with what their starts did, in one batch: once they are
+                // done, or by the deadline a report already waited for, or within the batch
+                // window. Anything else (a crash it restarts, a stop) is reported now.
+                let coming_up =
+                    !self.work.is_idle() && self.work.busy_lanes().all(|id| self.not_up_yet(id));
+                if decided && coming_up {
                     let due = self.batch_due();
                     self.report_observe.get_or_insert(due);
                 } else {
