@@ -170,7 +170,8 @@ impl AgentLoop {
             self.learn_spec(service, fact);
         }
         self.save_cache();
-        self.pass_wanted = true; // which reports what it finds
+        self.pass_wanted = true;
+        self.report_wanted = true;
     }
 
     /// Keeps the fetched spec of `service` if a placement wants its version, and marks every
@@ -321,25 +322,10 @@ impl AgentLoop {
                     .into_iter()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                let decided = seen.purpose == Observe::Decide;
-                if decided {
+                if seen.purpose == Observe::Decide {
                     self.plan_pass(seen);
                 }
-                // A pass that set only instances going that are not up yet (nothing else to
-                // tell) reports them with what their starts did, in one batch: once they are
-                // done, or by the deadline a report already waited for, or within the batch
-                // window. Anything else (a crash it restarts, a stop) is reported now.
-                let coming_up =
-                    !self.work.is_idle() && self.work.busy_lanes().all(|id| self.not_up_yet(id));
-                if decided && coming_up {
-                    let due = self.batch_due();
-                    self.report_observe.get_or_insert(due);
-                } else {
-                    self.report_wanted = true;
-                    if decided {
-                        self.report_observe = None; // this observation is the report
-                    }
-                }
+                self.report_wanted = true;
             }
             Err(err) => self.outbox.push_back(Action::RuntimeFailed {
                 reason: format!("observing failed: {err}"),

@@ -120,11 +120,9 @@ impl RuntimeOp {
 /// waits for a later pass); as actions finish, observe again, report what changed and pass
 /// again over the instances that acted: at once when no other action is queued or in flight,
 /// else within 100 ms of the first unreported one, so that a burst of actions costs one
-/// observation, one report and one pass, not one each. A pass reports what it found with what
-/// it set going, by the same rule: a new placement whose start ends within 100 ms is reported
-/// once, running. A pass runs every [`AgentConfig::sync_interval`], and at once after a
-/// placement, spec or secret changes; the specs that new placements need are fetched in one
-/// action. While a start is in flight, the runtime is observed every second and the report
+/// observation, one report and one pass, not one each. A pass runs every
+/// [`AgentConfig::sync_interval`], and at once after a placement, spec or secret changes; the
+/// specs that new placements need are fetched in one action. While a start is in flight, the runtime is observed every second and the report
 /// follows it (a pull's progress).
 ///
 /// # Guarantees
@@ -437,6 +435,7 @@ impl AgentLoop {
         if (self.pass_wanted || due(self.repass)) && self.work.observe(Observe::Decide) {
             self.pass_wanted = false;
             self.repass = None;
+            self.report_observe = None;
             self.next_pass = self.now.saturating_add(self.config.sync_interval);
             return Some(Action::Observe);
         }
@@ -481,7 +480,8 @@ impl AgentLoop {
         self.placed_at
             .retain(|id, _| placements.contains_key(id) || observed.contains_key(id));
         self.save_cache();
-        self.pass_wanted = true; // which reports what changed
+        self.pass_wanted = true;
+        self.report_wanted = true;
     }
 
     /// Records that `id`'s placement was created at `created`. Placed anew over an earlier

@@ -775,40 +775,6 @@ fn placements_of_several_services_fetch_their_specs_in_one_action() {
     assert_eq!(step.count("fetch "), 1, "no other fetch: {:?}", step.tail());
 }
 
-/// A placement whose start ends within the batch window is reported once, running; one whose
-/// start takes longer is reported starting within the window, then running.
-#[test]
-fn a_new_placement_is_reported_once_when_its_start_is_quick() {
-    let mut step = Step::new();
-    step.advance(Duration::from_millis(100));
-    step.place("quick", &service("quick", &[]), DesiredState::Running);
-    step.advance_until("quick runs", |step| running(step, "quick"));
-    step.advance(Duration::from_millis(200));
-    assert_eq!(step.count("report +quick"), 1, "{:?}", step.tail());
-
-    step.hold_start("slow");
-    step.place("slow", &service("slow", &[]), DesiredState::Running);
-    step.advance_until("slow is asked to start", |step| {
-        step.count("ensure_running slow") == 1
-    });
-    let asked = step.clock.now_duration();
-    step.advance(Duration::from_millis(150));
-    let first = step
-        .log
-        .iter()
-        .find(|(_, a)| a.starts_with("report +slow"))
-        .map(|(at, _)| *at);
-    assert!(
-        first.is_some_and(|at| at <= asked + Duration::from_millis(100)),
-        "reported starting within 100 ms: {:?}",
-        step.tail()
-    );
-    let seen = step.observation("slow").expect("reported");
-    assert_eq!(seen.state, ObservedState::Starting, "{seen:?}");
-    step.release("slow");
-    assert!(running(&step, "slow"));
-}
-
 /// Runtime actions that finish while another is in flight share their observation and report,
 /// each reported within 100 ms of its end; once nothing is in flight, a finished one is
 /// reported at once.

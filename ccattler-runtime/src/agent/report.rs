@@ -74,16 +74,6 @@ impl AgentLoop {
         changes
     }
 
-    /// Whether the store has heard nothing of `id` beyond its coming up: never reported, or
-    /// reported pending or starting. A report of its start can then wait for the start's
-    /// outcome without hiding a state anyone acts on (a crash, an exit, a stop).
-    pub(super) fn not_up_yet(&self, id: &str) -> bool {
-        self.reported.get(id).is_none_or(|value| {
-            serde_json::from_slice::<InstanceObservation>(value)
-                .is_ok_and(|o| matches!(o.state, ObservedState::Pending | ObservedState::Starting))
-        })
-    }
-
     /// The observation of one placed instance now.
     fn observation(&self, id: &str, lease: LeaseId) -> InstanceObservation {
         let assignment = &self.desired.placements[id];

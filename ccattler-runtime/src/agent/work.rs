@@ -90,14 +90,6 @@ impl Work {
         self.running.contains_key(lane) || self.waiting.contains_key(lane)
     }
 
-    /// The lanes (instance ids) with an action queued or in flight.
-    pub(super) fn busy_lanes(&self) -> impl Iterator<Item = &str> {
-        self.running
-            .keys()
-            .chain(self.waiting.keys())
-            .map(String::as_str)
-    }
-
     /// Whether no action is queued or in flight (an observation may be).
     pub(super) fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()
