@@ -193,7 +193,7 @@ fn plan(
     // Node by node: the commits go out in transactions of a bounded size, and a node that hears
     // of its placements together fetches, starts and reports them together.
     let mut by_node: Vec<(&str, &String)> = placements.iter().map(|(i, n)| (*i, n)).collect();
-    by_node.sort_by(|a, b| a.1.cmp(b.1));
+    by_node.sort_by_key(|&(_, node)| node);
     for (instance, node) in by_node {
         let desired = &cluster.instances[instance].desired;
         // Beside the placement, the one key that guards where this instance goes: a view that

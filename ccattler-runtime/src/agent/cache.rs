@@ -111,9 +111,6 @@ impl Cache {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
 
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
         let temp = self.path.with_extension("json.tmp");
         let bytes = serde_json::to_vec(desired).map_err(io::Error::other)?;
         // A temp file left by a crash may have other permissions: start from none.
@@ -122,11 +119,23 @@ impl Cache {
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(err) => return Err(err),
         }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)?;
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)
+        };
+        // The directory is made by the first save only, not looked up again by every one.
+        let mut file = match create() {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                if let Some(dir) = self.path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                create()?
+            }
+            opened => opened?,
+        };
         file.write_all(&bytes)?;
         file.sync_all()?;
         drop(file);

@@ -166,25 +166,29 @@ impl AgentLoop {
                 return self.disconnect(format!("fetching the specs of {services} failed: {err}"));
             }
         };
+        // The versions the placements want of each service fetched, in one look at them all.
+        let mut wanted: BTreeMap<String, BTreeSet<String>> = services
+            .iter()
+            .map(|service| (service.clone(), BTreeSet::new()))
+            .collect();
+        for assignment in self.desired.placements.values() {
+            if let Some(versions) = wanted.get_mut(&assignment.service) {
+                versions.insert(assignment.version.clone());
+            }
+        }
         for (service, fact) in services.into_iter().zip(facts) {
-            self.learn_spec(service, fact);
+            let versions = wanted.remove(&service).unwrap_or_default();
+            self.learn_spec(service, fact, versions);
         }
         self.save_cache();
         self.pass_wanted = true;
         self.report_wanted = true;
     }
 
-    /// Keeps the fetched spec of `service` if a placement wants its version, and marks every
-    /// wanted version without a spec unavailable.
-    fn learn_spec(&mut self, service: String, fact: Option<Fact>) {
+    /// Keeps the fetched spec of `service` if its version is one the placements want
+    /// (`wanted`), and marks every wanted version without a spec unavailable.
+    fn learn_spec(&mut self, service: String, fact: Option<Fact>, wanted: BTreeSet<String>) {
         let spec = fact.and_then(|f| schema::decode::<ServiceSpec>(&f).ok());
-        let wanted: BTreeSet<String> = self
-            .desired
-            .placements
-            .values()
-            .filter(|a| a.service == service)
-            .map(|a| a.version.clone())
-            .collect();
         if let Some(spec) = spec {
             let version = spec.version();
             if wanted.contains(&version) {

@@ -122,8 +122,8 @@ impl RuntimeOp {
 /// else within 100 ms of the first unreported one, so that a burst of actions costs one
 /// observation, one report and one pass, not one each. A pass runs every
 /// [`AgentConfig::sync_interval`], and at once after a placement, spec or secret changes; the
-/// specs that new placements need are fetched in one action. While a start is in flight, the runtime is observed every second and the report
-/// follows it (a pull's progress).
+/// specs that new placements need are fetched in one action. While a start is in flight, the
+/// runtime is observed every second and the report follows it (a pull's progress).
 ///
 /// # Guarantees
 ///
@@ -324,7 +324,7 @@ impl AgentLoop {
         if let Some(action) = self.outbox.pop_front() {
             return Some(action);
         }
-        if self.cache_dirty && self.config.persist_cache {
+        if self.cache_dirty {
             self.cache_dirty = false;
             return Some(Action::SaveCache {
                 desired: Box::new(self.desired.clone()),
@@ -520,9 +520,10 @@ impl AgentLoop {
     }
 
     /// Marks the cache stale: one [`Action::SaveCache`] follows, however many changes a burst
-    /// of events made (each save is a synced write of the whole file).
+    /// of events made (each save is a synced write of the whole file). Nothing follows when the
+    /// cache is not persisted.
     pub(super) fn save_cache(&mut self) {
-        self.cache_dirty = true;
+        self.cache_dirty = self.config.persist_cache;
     }
 
     pub(super) fn disconnect(&mut self, reason: String) {
