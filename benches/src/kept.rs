@@ -53,6 +53,22 @@ pub fn parse(line: &str) -> Figures {
         .collect()
 }
 
+/// The median of each figure over several runs of one row (the lower middle one for an even
+/// count); a figure missing from some runs is the median of the runs that have it.
+pub fn median(runs: &[Figures]) -> Figures {
+    let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (name, value) in runs.iter().flatten() {
+        values.entry(name).or_default().push(*value);
+    }
+    values
+        .into_iter()
+        .map(|(name, mut vs)| {
+            vs.sort_by(f64::total_cmp);
+            (name.to_owned(), vs[(vs.len() - 1) / 2])
+        })
+        .collect()
+}
+
 /// A figure as people read it: whole above 100 or when whole, else two decimals (three below
 /// 1); `-` for none (NaN).
 pub fn short(value: f64) -> String {
@@ -95,5 +111,21 @@ mod tests {
         assert_eq!(beside(Some(1.234), Some(2.0)), "1.23 (kept 2)");
         assert_eq!(short(f64::NAN), "-");
         assert_eq!(short(0.0123), "0.012");
+    }
+
+    #[test]
+    fn the_median_of_runs_is_taken_figure_by_figure() {
+        let run = |s: f64, w: f64| -> Figures {
+            [("apply_s".to_owned(), s), ("writes".to_owned(), w)]
+                .into_iter()
+                .collect()
+        };
+        let mut only_in_one = run(9.0, 1.0);
+        only_in_one.insert("lapses".into(), 2.0);
+        let median = median(&[run(3.0, 30.0), only_in_one, run(1.0, 20.0)]);
+        assert_eq!(median["apply_s"], 3.0);
+        assert_eq!(median["writes"], 20.0);
+        assert_eq!(median["lapses"], 2.0);
+        assert_eq!(super::median(&[run(1.0, 1.0), run(2.0, 2.0)])["apply_s"], 1.0);
     }
 }

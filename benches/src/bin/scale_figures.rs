@@ -4,9 +4,12 @@
 //! it is made.
 //!
 //! `cargo run --release -p ccattler-benches --bin scale_figures [-- --modes dev,sim]
-//! [--shapes 1000x100,10000x256] [--timeout 120] [--keep]`
+//! [--shapes 1000x100,10000x256] [--timeout 120] [--runs 3] [--keep]`
 //!
 //! Each run (a mode and a shape) is a process of its own, so that its peak memory is its own.
+//! `--runs N` measures each row N times and prints (and keeps) the median of each figure: real
+//! time on a shared machine varies from run to run, so one `dev` run is a poor figure. The
+//! simulation's figures are deterministic; it runs once whatever `--runs` says.
 //! The phases (apply, steady, node loss, rolling update, stuck over capacity) and their
 //! figures are those of `ccattler_benches::whole_loop`. `--timeout` bounds each phase (real
 //! time for `dev`, virtual time for `sim`). `--keep` writes the figures measured into the kept
@@ -33,6 +36,10 @@ fn main() -> Result<(), Error> {
             .and_then(|i| args.get(i + 1))
     };
     let timeout = Duration::from_secs(flag("--timeout").map_or(Ok(120), |t| t.parse())?);
+    let runs: usize = flag("--runs").map_or(Ok(1), |n| n.parse())?;
+    if runs == 0 {
+        return Err("--runs takes a count of at least 1".into());
+    }
     if let Some(run) = flag("--one") {
         let (mode, shape) = run.split_once(':').ok_or("--one takes MODE:SHAPE")?;
         let figures = measure_one(mode, shape.parse()?, timeout)?;
@@ -56,18 +63,25 @@ fn main() -> Result<(), Error> {
     for shape in &shapes {
         for mode in &modes {
             let row = format!("{mode}:{shape}");
-            let out = Command::new(std::env::current_exe()?)
-                .args(["--one", &row, "--timeout", &timeout.as_secs().to_string()])
-                .output()?;
-            let figures = if out.status.success() {
-                let text = String::from_utf8_lossy(&out.stdout);
-                kept::parse(text.lines().last().unwrap_or_default())
-            } else {
-                // One run that fails does not hide the others' figures.
-                let why = String::from_utf8_lossy(&out.stderr);
-                println!("{row}: FAILED: {}", why.trim_end());
+            let times = if *mode == "sim" { 1 } else { runs };
+            let mut each = Vec::with_capacity(times);
+            for _ in 0..times {
+                let out = Command::new(std::env::current_exe()?)
+                    .args(["--one", &row, "--timeout", &timeout.as_secs().to_string()])
+                    .output()?;
+                if out.status.success() {
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    each.push(kept::parse(text.lines().last().unwrap_or_default()));
+                } else {
+                    // One run that fails does not hide the others' figures.
+                    let why = String::from_utf8_lossy(&out.stderr);
+                    println!("{row}: FAILED: {}", why.trim_end());
+                }
+            }
+            if each.is_empty() {
                 continue;
-            };
+            }
+            let figures = kept::median(&each);
             print_run(&row, &figures, kept_rows.get(&row));
             measured.insert(row, figures);
         }

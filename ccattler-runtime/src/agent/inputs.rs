@@ -73,7 +73,7 @@ impl AgentLoop {
             .filter_map(|fact| match RecordKey::parse(&fact.key) {
                 Some(RecordKey::ObservedInstance { node: n, instance }) if n == node => {
                     reported_at.insert(instance.to_owned(), fact.mod_revision);
-                    Some((instance.to_owned(), fact.value))
+                    Some((instance.to_owned(), serde_json::from_slice(&fact.value).ok()))
                 }
                 _ => None,
             })
@@ -302,9 +302,9 @@ impl AgentLoop {
         match result {
             Ok(()) => {
                 self.stats.reports += 1;
-                for (id, value) in applied {
-                    match value {
-                        Some(value) => self.reported.insert(id, value),
+                for (id, observation) in applied {
+                    match observation {
+                        Some(observation) => self.reported.insert(id, Some(observation)),
                         None => self.reported.remove(&id),
                     };
                 }
@@ -322,6 +322,7 @@ impl AgentLoop {
         };
         match result {
             Ok(samples) => {
+                self.runtime_seen = true;
                 self.observed = samples
                     .into_iter()
                     .map(|s| (s.instance.id.clone(), s))

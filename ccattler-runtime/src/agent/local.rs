@@ -134,24 +134,18 @@ impl AgentLoop {
             .lease()
             .or(self.desired.lease_id())
             .unwrap_or(LeaseId(0));
-        let mut values = self.reported.clone();
-        for (id, value) in self.report_changes(lease).applied {
-            match value {
-                Some(value) => values.insert(id, value),
-                None => values.remove(&id),
+        let mut instances: BTreeMap<String, InstanceObservation> = self
+            .reported
+            .iter()
+            .filter(|(id, _)| self.desired.placements.contains_key(*id))
+            .filter_map(|(id, seen)| Some((id.clone(), seen.clone()?)))
+            .collect();
+        for (id, observation) in self.report_changes(lease).applied {
+            match observation {
+                Some(observation) => instances.insert(id, observation),
+                None => instances.remove(&id),
             };
         }
-        let instances = values
-            .into_iter()
-            .filter(|(id, _)| self.desired.placements.contains_key(id))
-            .filter_map(|(id, value)| match serde_json::from_slice(&value) {
-                Ok(observation) => Some((id, observation)),
-                Err(err) => {
-                    tracing::debug!(node = %self.config.node, instance = %id, error = %err, "an observation does not decode; left out of the snapshot");
-                    None
-                }
-            })
-            .collect();
         NodeSnapshot {
             node: self.config.node.clone(),
             connected: self.is_connected(),

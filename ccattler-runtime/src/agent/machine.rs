@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use ccattler_core::schema::{self, Assignment, keys};
-use ccattler_core::{EventRing, Key, LeaseId, Revision, Value};
+use ccattler_core::schema::{self, Assignment, InstanceObservation, keys};
+use ccattler_core::{EventRing, Key, LeaseId, Revision};
 
 use super::action::{Action, Sample};
 use super::cache::Desired;
@@ -62,7 +62,7 @@ pub(super) enum StoreOp {
     List,
     FetchSpecs(Vec<String>),
     FetchSecrets(Vec<String>),
-    Report(Vec<(String, Option<Value>)>),
+    Report(Vec<(String, Option<InstanceObservation>)>),
 }
 
 /// A runtime action of one instance in flight, to match its result.
@@ -132,7 +132,9 @@ impl RuntimeOp {
 ///   crashed ones restart per policy) and registration is retried after
 ///   [`AgentConfig::reconnect_delay`], at least every third of the lease TTL.
 /// - **Adoption.** The loop starts from the cached [`Desired`]; what the runtime already runs is
-///   adopted, never restarted, and its probes start over.
+///   adopted, never restarted, and its probes start over. Nothing is reported before the
+///   runtime was observed once, so a restarted agent never reports a running instance as
+///   pending; an observation the store already holds is not written again.
 /// - **Orphans are stopped only after a successful list.** An instance that no placement names
 ///   is stopped (then removed) only once the placements were listed from the store since this
 ///   loop was made; a cache alone never stops anything.
@@ -181,12 +183,15 @@ pub struct AgentLoop {
     pub(super) progress_at: Duration,
     pub(super) observed: BTreeMap<String, Sample>,
     pub(super) tracks: BTreeMap<String, Track>,
-    /// Observation values as the store holds them (as far as the loop knows), by instance id.
-    pub(super) reported: BTreeMap<String, Value>,
+    /// Observations as the store holds them (as far as the loop knows), by instance id;
+    /// `None` for a value that does not decode (the next report writes it again).
+    pub(super) reported: BTreeMap<String, Option<InstanceObservation>>,
     /// The create revision of each id's placement as last seen, kept while the runtime still
     /// holds the id: a placement created again (another create revision) is a new incarnation.
     pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
+    /// Whether an observation of the runtime has arrived since the loop began.
+    pub(super) runtime_seen: bool,
     pub(super) pass_wanted: bool,
     /// Pass again over the instances whose lanes acted since the last pass's observation: once
     /// no action is queued or in flight, or by this time.
@@ -236,6 +241,7 @@ impl AgentLoop {
             reported: BTreeMap::new(),
             placed_at: BTreeMap::new(),
             report_wanted: false,
+            runtime_seen: false,
             pass_wanted: true,
             next_pass: Duration::ZERO,
             spec_fetches: BTreeSet::new(),
@@ -386,7 +392,9 @@ impl AgentLoop {
                         return self.store_work();
                     }
                 }
-                if self.report_wanted {
+                // Not before the runtime was looked at once: a restarted agent would report
+                // what runs as pending, then as running again.
+                if self.report_wanted && self.runtime_seen {
                     self.report_wanted = false;
                     let changes = self.report_changes(lease);
                     if !changes.applied.is_empty() {

@@ -411,6 +411,37 @@ fn a_restarted_agent_adopts_what_runs_and_restarts_nothing() {
 }
 
 #[test]
+fn a_restarted_agent_rewrites_only_the_observations_the_store_holds_wrong() {
+    let mut step = Step::new();
+    step.place("a", &service("a", &[]), DesiredState::Running);
+    step.place("b", &service("b", &[]), DesiredState::Running);
+    step.advance(Duration::from_millis(100));
+    let key = |id| schema::keys::observed_instance(NODE, id).expect("key");
+    let revision = |step: &Step, id| {
+        let fact = step.store.get(&key(id)).now_or_never().expect("ready");
+        fact.expect("get").expect("reported").mod_revision
+    };
+    // Something else wrote garbage over b's observation meanwhile.
+    step.store
+        .put(&key("b"), ccattler_core::Value::from_static(b"not json"))
+        .now_or_never()
+        .expect("ready")
+        .expect("put");
+    let (a_before, b_garbled) = (revision(&step, "a"), revision(&step, "b"));
+    let seen_before = step.observation("a");
+
+    let mut step = step.restart();
+    step.advance(Duration::from_millis(500));
+    assert_eq!(step.observation("a"), seen_before);
+    assert_eq!(revision(&step, "a"), a_before, "a's observation held already");
+    assert!(revision(&step, "b") > b_garbled, "b's is written again");
+    assert_eq!(
+        step.observation("b").expect("reported").state,
+        ObservedState::Running
+    );
+}
+
+#[test]
 fn orphans_are_stopped_only_after_a_successful_list() {
     let mut step = Step::new();
     step.sim

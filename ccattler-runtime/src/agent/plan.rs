@@ -114,7 +114,13 @@ impl AgentLoop {
                 }
                 continue;
             }
-            let track = self.tracks.entry(id.to_owned()).or_default();
+            // Not `entry(id.to_owned())`: a pass would allocate for every placement.
+            if !self.tracks.contains_key(id) {
+                self.tracks.insert(id.to_owned(), Track::default());
+            }
+            let Some(track) = self.tracks.get_mut(id) else {
+                continue;
+            };
             track.waiting = None;
             if track.anew {
                 match seen {

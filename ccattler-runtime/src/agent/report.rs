@@ -20,9 +20,9 @@ pub(super) struct Changes {
     pub events: Vec<(String, Event)>,
     /// The instances no longer placed here, whose event rings go.
     pub gone: Vec<String>,
-    /// For bookkeeping once the report landed: each changed id with its new value (`None`:
-    /// deleted).
-    pub applied: Vec<(String, Option<Value>)>,
+    /// For bookkeeping once the report landed: each changed id with its new observation
+    /// (`None`: deleted).
+    pub applied: Vec<(String, Option<InstanceObservation>)>,
 }
 
 impl AgentLoop {
@@ -31,32 +31,27 @@ impl AgentLoop {
         let node = self.config.node.clone();
         let at = self.epoch + self.now;
         let mut changes = Changes::default();
-        let ids: Vec<String> = self.desired.placements.keys().cloned().collect();
-        for id in &ids {
+        // Compared as values, not as their encoding: a report encodes only what changed,
+        // which matters because a pass reports on every instance of the node.
+        for id in self.desired.placements.keys() {
             let observation = self.observation(id, lease);
-            let value = schema::encode(&observation);
             let before = self.reported.get(id);
-            if before == Some(&value) {
+            if before.is_some_and(|b| b.as_ref() == Some(&observation)) {
                 continue;
             }
             let Ok(key) = schema::keys::observed_instance(&node, id) else {
                 continue;
             };
-            // The store's value is decoded only to tell what changed, for the events.
-            let events = if self.config.events {
-                let before: Option<InstanceObservation> =
-                    before.and_then(|v| serde_json::from_slice(v).ok());
-                transitions(id, before.as_ref(), &observation)
-            } else {
-                Vec::new()
-            };
-            for mut event in events {
-                event = event.at(at);
-                event.source = self.event_ring.writer().to_owned();
-                changes.events.push((id.clone(), event));
+            if self.config.events {
+                let before = before.and_then(Option::as_ref);
+                for mut event in transitions(id, before, &observation) {
+                    event = event.at(at);
+                    event.source = self.event_ring.writer().to_owned();
+                    changes.events.push((id.clone(), event));
+                }
             }
-            changes.puts.push((key, value.clone()));
-            changes.applied.push((id.clone(), Some(value)));
+            changes.puts.push((key, schema::encode(&observation)));
+            changes.applied.push((id.clone(), Some(observation)));
         }
         let gone: Vec<String> = self
             .reported
