@@ -137,9 +137,11 @@ pub struct AgentArgs {
     /// Taints: only services that `accept` them are placed here (`--taints gpu,spot`).
     #[arg(long, value_name = "TAINT", value_delimiter = ',')]
     pub taints: Vec<String>,
-    /// The address other nodes reach this node's instances at.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
-    pub address: String,
+    /// The address other hosts reach this node's instances at. Default: the local address of
+    /// this host's route to the first server that has one (loopback only when the server is on
+    /// loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub address: Option<String>,
     /// How long the node stays alive without reaching the server; past it, its instances are
     /// replaced elsewhere.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
@@ -193,7 +195,9 @@ impl AgentArgs {
             config = config.label(key.clone(), value.clone());
         }
         config.taints.clone_from(&self.taints);
-        config.address.clone_from(&self.address);
+        if let Some(address) = &self.address {
+            config.address.clone_from(address);
+        }
         config
     }
 }
@@ -304,15 +308,22 @@ async fn serve<R: Runtime>(
         .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
+    let mut config = args.config();
+    if args.address.is_none()
+        && let Some(source) = super::route::route_source(&store.endpoints()).await
+    {
+        config.address = source.to_string();
+    }
+    let address = config.address.clone();
     let servers = store.endpoints().join(", ");
-    let agent = NodeAgent::new(store, runtime, args.config())
+    let agent = NodeAgent::new(store, runtime, config)
         .map_err(|err| args.cannot_start(err.to_string()))?;
     let runtime_name = clap::ValueEnum::to_possible_value(&args.runtime).map_or_else(
         || format!("{:?}", args.runtime),
         |v| v.get_name().to_owned(),
     );
     println!(
-        "cca agent: node {} following {servers} (runtime: {runtime_name})",
+        "cca agent: node {} at {address} following {servers} (runtime: {runtime_name})",
         args.node
     );
     let _ = std::io::Write::flush(&mut std::io::stdout());

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod progress;
 pub mod remote;
 pub mod replica;
+pub mod route;
 pub mod server;
 pub mod shape;
 pub mod spawned;
