@@ -126,6 +126,9 @@ mod tests {
         assert_eq!(median["apply_s"], 3.0);
         assert_eq!(median["writes"], 20.0);
         assert_eq!(median["lapses"], 2.0);
-        assert_eq!(super::median(&[run(1.0, 1.0), run(2.0, 2.0)])["apply_s"], 1.0);
+        assert_eq!(
+            super::median(&[run(1.0, 1.0), run(2.0, 2.0)])["apply_s"],
+            1.0
+        );
     }
 }

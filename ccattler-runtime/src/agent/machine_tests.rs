@@ -433,7 +433,11 @@ fn a_restarted_agent_rewrites_only_the_observations_the_store_holds_wrong() {
     let mut step = step.restart();
     step.advance(Duration::from_millis(500));
     assert_eq!(step.observation("a"), seen_before);
-    assert_eq!(revision(&step, "a"), a_before, "a's observation held already");
+    assert_eq!(
+        revision(&step, "a"),
+        a_before,
+        "a's observation held already"
+    );
     assert!(revision(&step, "b") > b_garbled, "b's is written again");
     assert_eq!(
         step.observation("b").expect("reported").state,

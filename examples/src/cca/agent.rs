@@ -310,14 +310,14 @@ async fn serve<R: Runtime>(
         .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let mut config = args.config();
     if args.address.is_none()
-        && let Some(source) = super::route::route_source(&store.endpoints()).await
+        && let Some(source) = super::route::route_source(store.endpoints()).await
     {
         config.address = source.to_string();
     }
     let address = config.address.clone();
     let servers = store.endpoints().join(", ");
-    let agent = NodeAgent::new(store, runtime, config)
-        .map_err(|err| args.cannot_start(err.to_string()))?;
+    let agent =
+        NodeAgent::new(store, runtime, config).map_err(|err| args.cannot_start(err.to_string()))?;
     let runtime_name = clap::ValueEnum::to_possible_value(&args.runtime).map_or_else(
         || format!("{:?}", args.runtime),
         |v| v.get_name().to_owned(),

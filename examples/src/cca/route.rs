@@ -50,9 +50,16 @@ mod tests {
     #[tokio::test]
     async fn a_server_on_loopback_is_reached_from_loopback() {
         let servers = ["http://127.0.0.1:7070".to_owned()];
-        assert_eq!(route_source(&servers).await, Some(Ipv4Addr::LOCALHOST.into()));
+        assert_eq!(
+            route_source(&servers).await,
+            Some(Ipv4Addr::LOCALHOST.into())
+        );
         let named = ["http://localhost:7070".to_owned()];
-        assert!(route_source(&named).await.is_some_and(|ip| ip.is_loopback()));
+        assert!(
+            route_source(&named)
+                .await
+                .is_some_and(|ip| ip.is_loopback())
+        );
     }
 
     #[tokio::test]
@@ -62,7 +69,10 @@ mod tests {
             "http://host.invalid:7070".to_owned(),
             "http://127.0.0.1:7070".to_owned(),
         ];
-        assert_eq!(route_source(&servers).await, Some(Ipv4Addr::LOCALHOST.into()));
+        assert_eq!(
+            route_source(&servers).await,
+            Some(Ipv4Addr::LOCALHOST.into())
+        );
         assert_eq!(route_source(&["not a url".to_owned()]).await, None);
     }
 }
