@@ -73,10 +73,7 @@ impl AgentLoop {
             .filter_map(|fact| match RecordKey::parse(&fact.key) {
                 Some(RecordKey::ObservedInstance { node: n, instance }) if n == node => {
                     reported_at.insert(instance.to_owned(), fact.mod_revision);
-                    Some((
-                        instance.to_owned(),
-                        serde_json::from_slice(&fact.value).ok(),
-                    ))
+                    Some((instance.to_owned(), schema::decode(&fact).ok()))
                 }
                 _ => None,
             })
