@@ -132,10 +132,19 @@ impl AgentLoop {
                 {
                     self.work.forget_waiting(instance);
                     self.desired.placements.remove(instance);
+                    // What the sweep would do for this id, now: a placement created again
+                    // later in the same batch must find it gone, as it would one by one.
+                    self.tracks.remove(instance);
+                    if !self.observed.contains_key(instance) {
+                        self.placed_at.remove(instance);
+                    }
                 }
             }
         }
-        self.placements_changed();
+        // The sweep over every placement waits for the next action: once per batch of
+        // events, not once per event (with a hundred placements a node, a burst of events
+        // swept a hundred times).
+        self.placements_unswept = true;
     }
 
     /// The placement watch could not start, failed or ended: the agent registers again.

@@ -190,6 +190,9 @@ pub struct AgentLoop {
     /// holds the id: a placement created again (another create revision) is a new incarnation.
     pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
+    /// Placement events arrived since the last sweep ([`Self::placements_changed`]), which the
+    /// next action makes first.
+    pub(super) placements_unswept: bool,
     /// Whether an observation of the runtime has arrived since the loop began.
     pub(super) runtime_seen: bool,
     pub(super) pass_wanted: bool,
@@ -243,6 +246,7 @@ impl AgentLoop {
             report_wanted: false,
             runtime_seen: false,
             pass_wanted: true,
+            placements_unswept: false,
             next_pass: Duration::ZERO,
             spec_fetches: BTreeSet::new(),
             secret_fetches: BTreeSet::new(),
@@ -327,6 +331,9 @@ impl AgentLoop {
 
     /// The next thing the driver must do, or `None` until a result, an event or the deadline.
     pub fn next_action(&mut self) -> Option<Action> {
+        if std::mem::take(&mut self.placements_unswept) {
+            self.placements_changed();
+        }
         if let Some(action) = self.outbox.pop_front() {
             return Some(action);
         }
@@ -478,6 +485,9 @@ impl AgentLoop {
         }
     }
 
+    /// The sweep after placements changed: forgets the specs, secrets, tracks and creation
+    /// revisions no placement needs any more, and asks for a pass and a report. O(placements
+    /// on the node): made once per list, and once per batch of watch events (see `event`).
     pub(super) fn placements_changed(&mut self) {
         self.desired.forget_unused();
         let named = self.desired.named_secrets();
