@@ -141,8 +141,15 @@ fn print_run(row: &str, figures: &Figures, kept: Option<&Figures>) {
                 cell("stuck_unplaced")
             )
         } else {
+            let cpu = format!("{phase}_cpu_s");
+            // CPU time of the whole process: measured in `dev` only (the cluster runs in it).
+            let cpu = if figures.contains_key(&cpu) {
+                format!(" (cpu {} s)", cell(&cpu))
+            } else {
+                String::new()
+            };
             format!(
-                "{} s, writes {}, deliveries {}",
+                "{} s{cpu}, writes {}, deliveries {}",
                 cell(&format!("{phase}_s")),
                 cell(&format!("{phase}_writes")),
                 cell(&format!("{phase}_deliveries"))

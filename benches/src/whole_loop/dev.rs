@@ -153,6 +153,8 @@ impl LeaseCounter {
 #[derive(Clone, Copy)]
 struct Mark {
     at: Instant,
+    /// CPU time of the process (the whole cluster runs in it), in seconds.
+    cpu: f64,
     revision: u64,
     /// Deliveries to the cluster's own watches: the store's count less the measuring
     /// program's two watches.
@@ -172,12 +174,14 @@ impl Meter {
         let own = self.follower.changes_read() + self.leases.read.load(Ordering::Relaxed);
         Ok(Mark {
             at: Instant::now(),
+            cpu: crate::cpu_seconds(std::process::id()).unwrap_or_default(),
             revision: self.store.revision().await?.0,
             deliveries: self.store.watch_deliveries().saturating_sub(own),
         })
     }
 
-    /// Runs one phase and records its time, writes and deliveries under `name`.
+    /// Runs one phase and records its time, the CPU time it took, writes and deliveries under
+    /// `name`.
     async fn phase(
         &mut self,
         name: &str,
@@ -188,6 +192,7 @@ impl Meter {
         let end = self.mark().await?;
         let f = &mut self.figures;
         f.insert(format!("{name}_s"), (end.at - start.at).as_secs_f64());
+        f.insert(format!("{name}_cpu_s"), end.cpu - start.cpu);
         f.insert(
             format!("{name}_writes"),
             (end.revision - start.revision) as f64,
