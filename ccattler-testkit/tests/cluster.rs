@@ -102,7 +102,7 @@ async fn applied_services_are_placed_running_ready_and_reachable() {
         }
         addresses.sort();
         assert_eq!(
-            state.endpoints(svc).expect("endpoints").addresses,
+            state.endpoints(svc).expect("endpoints").addresses(),
             addresses
         );
     }
@@ -135,11 +135,11 @@ async fn a_killed_node_is_replaced_and_the_spread_evens_out_when_it_returns() {
             s.spread("web") == spread(&[("n1", 4)])
                 && s.status("web")
                     .is_some_and(|st| st.running == 4 && st.ready == 4)
-                && s.endpoints("web").is_some_and(|e| e.addresses.len() == 4)
+                && s.endpoints("web").is_some_and(|e| e.endpoints.len() == 4)
         })
         .await
         .expect("n2's instances are replaced on n1");
-    let endpoints = failed_over.endpoints("web").expect("endpoints").addresses;
+    let endpoints = failed_over.endpoints("web").expect("endpoints").addresses();
     assert!(
         endpoints.iter().all(|a| a.starts_with("n1:")),
         "{endpoints:?}"

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use ccattler_controllers::standard;
-use ccattler_core::schema::{self, Cpu, Memory, NodeStatus, ServiceSpec};
+use ccattler_core::schema::{
+    self, Cpu, Endpoints, InstanceObservation, Memory, NodeStatus, ObservedState, ServiceSpec,
+};
 use ccattler_core::{Change, Controller, FactView, Key, Plan, ReconcileContext, ReconcileError};
 use ccattler_testkit::harness::{FactError, Harness, HarnessError};
 use ccattler_testkit::toy::ReplicaController;
@@ -154,6 +156,71 @@ fn any_controllers_even_the_standard_ones() -> Result<(), HarnessError> {
     );
     insta::assert_snapshot!("standard_intent_plan", harness.plan_of("intent-resolver")?);
     insta::assert_snapshot!("standard_run", harness.run()?);
+    Ok(())
+}
+
+/// Two instances that report one address (a port given twice) are two endpoint entries, each
+/// naming its instance and node, not one address that hides the fault.
+#[test]
+fn two_instances_at_one_address_stay_two_endpoints() -> Result<(), HarnessError> {
+    let service = ServiceSpec {
+        name: "web".into(),
+        image: "example/web:1".into(),
+        instances: 2,
+        ..ServiceSpec::default()
+    };
+    let node = NodeStatus {
+        name: "n1".into(),
+        cpu: Cpu::from_millis(4000),
+        memory: Memory::from_bytes(8 << 30),
+        architecture: "amd64".into(),
+        address: "n1".into(),
+        ..NodeStatus::default()
+    };
+    let mut harness = Harness::from_controllers(standard::all())
+        .json("desired/service/web", &service)
+        .json("observed/node/n1", &node)
+        .fact("lease/node/n1", "n1");
+    harness.run()?;
+    let lease = harness
+        .get("lease/node/n1")
+        .map(|f| f.create_revision.get() as i64);
+    let placed: Vec<String> = harness
+        .view()
+        .scan("placement/n1/")
+        .filter_map(|f| f.key.strip_prefix("placement/n1/").map(str::to_owned))
+        .collect();
+    assert_eq!(placed.len(), 2, "both instances placed on n1: {placed:?}");
+    for id in &placed {
+        let report = InstanceObservation {
+            node: "n1".into(),
+            service: "web".into(),
+            state: ObservedState::Running,
+            address: Some("n1:8080".into()),
+            ready: true,
+            image: "example/web:1".into(),
+            lease,
+            ..InstanceObservation::default()
+        };
+        harness = harness.json(format!("observed/instance/n1/{id}"), &report);
+    }
+    harness.run()?;
+    let endpoints = harness
+        .get("endpoint/service/web")
+        .map(|f| schema::decode::<Endpoints>(f).expect("endpoints that decode"))
+        .unwrap_or_default();
+    let listed: Vec<(&str, &str, &str)> = endpoints
+        .endpoints
+        .iter()
+        .map(|e| (e.address.as_str(), e.instance.as_str(), e.node.as_str()))
+        .collect();
+    let mut want: Vec<(&str, &str, &str)> = placed
+        .iter()
+        .map(|id| ("n1:8080", id.as_str(), "n1"))
+        .collect();
+    want.sort();
+    assert_eq!(listed, want);
+    assert_eq!(endpoints.addresses(), ["n1:8080", "n1:8080"]);
     Ok(())
 }
 

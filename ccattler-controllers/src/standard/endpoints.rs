@@ -1,11 +1,13 @@
 //! [`EndpointController`]: where each service's ready instances can be reached.
 
-use ccattler_core::schema::{self, DesiredState, Endpoints, Health};
+use ccattler_core::schema::{self, DesiredState, Endpoint, Endpoints, Health};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cache::PlanCache;
 
-/// Writes `endpoint/service/{svc}`: the sorted addresses of the service's instances that serve.
+/// Writes `endpoint/service/{svc}`: the service's instances that serve, each with its address
+/// and node, sorted by address, then instance. Instances are never merged: two that report one
+/// address are two entries.
 ///
 /// An instance serves when it should run, its node is alive, its agent reports it running with
 /// an address in a fresh report (one written during the node's current registration, see
@@ -53,7 +55,7 @@ impl Controller for EndpointController {
             .sync_per_service(facts, schema::keys::endpoints, |cluster, name| {
                 // A deleted service loses its endpoints.
                 cluster.services.get(name)?;
-                let mut addresses: Vec<String> = cluster
+                let mut endpoints: Vec<Endpoint> = cluster
                     .instances_of(name)
                     .filter(|i| i.desired.state == DesiredState::Running && i.node_alive)
                     .filter_map(|i| {
@@ -61,12 +63,15 @@ impl Controller for EndpointController {
                         // Ready: running, past its startup probe and passing its readiness
                         // probe (when it has them); and not failing its liveness probe.
                         let serves = i.is_ready() && observed.health != Health::Unhealthy;
-                        serves.then(|| observed.address.clone()).flatten()
+                        Some(Endpoint {
+                            address: observed.address.clone().filter(|_| serves)?,
+                            instance: i.id.clone(),
+                            node: i.node.clone()?,
+                        })
                     })
                     .collect();
-                addresses.sort();
-                addresses.dedup();
-                Some(schema::encode(&Endpoints { addresses }))
+                endpoints.sort();
+                Some(schema::encode(&Endpoints { endpoints }))
             })
     }
 }

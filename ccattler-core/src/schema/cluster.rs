@@ -210,8 +210,29 @@ pub struct InstanceObservation {
 /// `endpoint/service/{svc}`: where the service's ready instances serve.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoints {
-    /// `host:port` of each ready instance, sorted.
-    pub addresses: Vec<String>,
+    /// One entry per ready instance, sorted by address, then instance. Two instances that
+    /// report the same address stay two entries: an address shared by two instances is a
+    /// fault to see (a port given twice), not one endpoint.
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl Endpoints {
+    /// The `host:port` of each entry, in entry order (an address twice if two instances
+    /// report it).
+    pub fn addresses(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| e.address.clone()).collect()
+    }
+}
+
+/// One ready instance of a service and where it serves.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// `host:port`, as the instance's agent reports it.
+    pub address: String,
+    /// The instance's id.
+    pub instance: String,
+    /// The node it runs on.
+    pub node: String,
 }
 
 /// `status/unschedulable/{id}`: why the scheduler could not place an instance.

@@ -44,7 +44,7 @@ mod service;
 mod volume;
 
 pub use cluster::{
-    Assignment, DesiredInstance, DesiredState, EffectiveService, Endpoints, Health,
+    Assignment, DesiredInstance, DesiredState, EffectiveService, Endpoint, Endpoints, Health,
     InstanceObservation, NodeStatus, ObservedState, RebalanceMove, ScaleIntent, ServiceStatus,
     Unschedulable,
 };

@@ -193,7 +193,7 @@ impl Snapshot {
                 .iter()
                 .filter(|i| i.is_ready() && i.report().is_some_and(|o| o.address.is_some()))
                 .count();
-            let listed = self.endpoints(name).map(|e| e.addresses.len());
+            let listed = self.endpoints(name).map(|e| e.endpoints.len());
             if listed != Some(serving) {
                 gaps.push(format!(
                     "{name}: endpoints list {listed:?} of {serving} addresses"

@@ -78,7 +78,7 @@ mod tests {
     fn both_forms_comments_and_blank_lines() {
         let text = "
             # endpoints of web
-            put endpoint/service/web {\"addresses\": [\"n1:80\"]}
+            put endpoint/service/web {\"endpoints\": [{\"address\": \"n1:80\", \"instance\": \"web-1\", \"node\": \"n1\"}]}
             config/dns/domain = prod.example.com
             a=b=c
         ";
@@ -90,7 +90,10 @@ mod tests {
         assert_eq!(
             parsed(text),
             pairs(&[
-                ("endpoint/service/web", "{\"addresses\": [\"n1:80\"]}"),
+                (
+                    "endpoint/service/web",
+                    "{\"endpoints\": [{\"address\": \"n1:80\", \"instance\": \"web-1\", \"node\": \"n1\"}]}"
+                ),
                 ("config/dns/domain", "prod.example.com"),
                 ("a", "b=c"),
             ])

@@ -265,11 +265,11 @@ fn endpoints(world: &World, service: &str, count: Option<usize>) -> Result<(), S
         .and_then(|f| schema::decode::<Endpoints>(f).ok());
     match (count, found) {
         (None, None) => Ok(()),
-        (Some(n), Some(e)) if e.addresses.len() == n => Ok(()),
+        (Some(n), Some(e)) if e.endpoints.len() == n => Ok(()),
         (want, found) => Err(format!(
             "expected endpoints of {service}: {}, found {}",
             want.map_or("none".to_owned(), |n| format!("{n} addresses")),
-            found.map_or("none".to_owned(), |e| format!("{:?}", e.addresses))
+            found.map_or("none".to_owned(), |e| format!("{:?}", e.addresses()))
         )),
     }
 }

@@ -249,7 +249,7 @@ impl Checker {
                 Some(RecordKey::Endpoints(service)) => {
                     let addresses = fact
                         .and_then(|f| schema::decode::<Endpoints>(f).ok())
-                        .map(|e| e.addresses);
+                        .map(|e| e.addresses());
                     match addresses {
                         Some(addresses) => self.endpoints.insert(service.to_owned(), addresses),
                         None => self.endpoints.remove(service),

@@ -120,8 +120,11 @@ fn derive(service: &str, fact: &Fact, domain: &str) -> (Option<DnsRecord>, Vec<S
     };
     let mut targets = Vec::new();
     let mut problems = Vec::new();
-    for address in &endpoints.addresses {
+    for endpoint in &endpoints.endpoints {
+        let address = &endpoint.address;
         match target(address) {
+            // Two instances at one address are one target.
+            Some(target) if targets.last() == Some(&target) => {}
             Some(target) => targets.push(target),
             None => problems.push(format!(
                 "address `{address}` is not host:port with a port from 1 to 65535 (left out)"

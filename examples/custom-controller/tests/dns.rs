@@ -2,7 +2,8 @@
 
 use ccattler_controllers::standard;
 use ccattler_core::schema::{
-    Cpu, Endpoints, Health, InstanceObservation, Memory, NodeStatus, ObservedState, ServiceSpec,
+    Cpu, Endpoint, Endpoints, Health, InstanceObservation, Memory, NodeStatus, ObservedState,
+    ServiceSpec,
 };
 use ccattler_testkit::harness::{Harness, HarnessError};
 use custom_controller::ServiceDns;
@@ -12,7 +13,7 @@ use custom_controller::ServiceDns;
 fn ready_endpoints_become_a_dns_record() -> Result<(), HarnessError> {
     let plan = Harness::new(ServiceDns)
         .fact("config/dns/domain", "prod.example.com")
-        .facts(r#"endpoint/service/team/web = {"addresses":["n1:10000"]}"#)
+        .facts(r#"endpoint/service/team/web = {"endpoints":[{"address":"n1:10000","instance":"web-1","node":"n1"}]}"#)
         .plan()?;
     insta::assert_snapshot!(plan, @r#"+ dns/record/team/web = {"name":"web.team.prod.example.com","targets":[{"host":"n1","port":10000}]}"#);
     Ok(())
@@ -21,7 +22,15 @@ fn ready_endpoints_become_a_dns_record() -> Result<(), HarnessError> {
 #[test]
 fn records_follow_the_endpoints_to_a_fixpoint() -> Result<(), HarnessError> {
     let endpoints = |addresses: &[&str]| Endpoints {
-        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        endpoints: addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Endpoint {
+                address: a.to_string(),
+                instance: format!("web-{i}"),
+                node: "n1".into(),
+            })
+            .collect(),
     };
     let mut harness = Harness::new(ServiceDns)
         .json("endpoint/service/web", &endpoints(&["n1:80"]))
@@ -50,8 +59,8 @@ fn what_cannot_become_a_record_is_said() -> Result<(), HarnessError> {
     let plan = Harness::new(ServiceDns)
         .facts(
             r#"
-            endpoint/service/Web_1 = {"addresses":["n1:80"]}
-            endpoint/service/api = {"addresses":["n1:80","n2","n3:0","[fd00::3]:8080"]}
+            endpoint/service/Web_1 = {"endpoints":[{"address":"n1:80","instance":"w-1","node":"n1"}]}
+            endpoint/service/api = {"endpoints":[{"address":"n1:80","instance":"a-1","node":"n1"},{"address":"n2","instance":"a-2","node":"n2"},{"address":"n3:0","instance":"a-3","node":"n3"},{"address":"[fd00::3]:8080","instance":"a-4","node":"n4"}]}
             endpoint/service/broken = not json
             "#,
         )
