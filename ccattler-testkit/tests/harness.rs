@@ -128,8 +128,8 @@ fn a_run_commits_rounds_to_a_fixpoint_and_returns_the_net_change() -> Result<(),
     Ok(())
 }
 
-#[test]
-fn any_controllers_even_the_standard_ones() -> Result<(), HarnessError> {
+/// The standard controllers, a service `web` of two instances and one node `n1` with its lease.
+fn web_on_one_node() -> (Harness, ServiceSpec) {
     let service = ServiceSpec {
         name: "web".into(),
         image: "example/web:1".into(),
@@ -144,10 +144,16 @@ fn any_controllers_even_the_standard_ones() -> Result<(), HarnessError> {
         address: "n1".into(),
         ..NodeStatus::default()
     };
-    let mut harness = Harness::from_controllers(standard::all())
+    let harness = Harness::from_controllers(standard::all())
         .json("desired/service/web", &service)
         .json("observed/node/n1", &node)
         .fact("lease/node/n1", "n1");
+    (harness, service)
+}
+
+#[test]
+fn any_controllers_even_the_standard_ones() -> Result<(), HarnessError> {
+    let (mut harness, service) = web_on_one_node();
     let stored = harness.get("desired/service/web").map(|f| f.value.clone());
     assert_eq!(
         stored,
@@ -163,24 +169,7 @@ fn any_controllers_even_the_standard_ones() -> Result<(), HarnessError> {
 /// naming its instance and node, not one address that hides the fault.
 #[test]
 fn two_instances_at_one_address_stay_two_endpoints() -> Result<(), HarnessError> {
-    let service = ServiceSpec {
-        name: "web".into(),
-        image: "example/web:1".into(),
-        instances: 2,
-        ..ServiceSpec::default()
-    };
-    let node = NodeStatus {
-        name: "n1".into(),
-        cpu: Cpu::from_millis(4000),
-        memory: Memory::from_bytes(8 << 30),
-        architecture: "amd64".into(),
-        address: "n1".into(),
-        ..NodeStatus::default()
-    };
-    let mut harness = Harness::from_controllers(standard::all())
-        .json("desired/service/web", &service)
-        .json("observed/node/n1", &node)
-        .fact("lease/node/n1", "n1");
+    let (mut harness, _) = web_on_one_node();
     harness.run()?;
     let lease = harness
         .get("lease/node/n1")
