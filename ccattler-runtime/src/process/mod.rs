@@ -5,7 +5,9 @@
 //! A node agent makes one `ProcessRuntime` over a root directory it owns and drives it through
 //! [`Runtime`](ccattler_core::Runtime). Each instance runs its `command` (the image is ignored) in
 //! a process group of its own, in its own working directory, with `PATH` (the agent's unless the
-//! spec sets one), the spec's environment, and `PORT` when the spec asks for ports.
+//! spec sets one), the spec's environment, and `PORT` when the spec asks for ports. An instance
+//! with a port is reported at `{host}:{PORT}`, `host` being [`ProcessConfig::host`] (the node's
+//! address); to be reached from other hosts it must listen on that address or on `0.0.0.0`.
 //!
 //! # On-disk layout
 //!
@@ -76,6 +78,10 @@ pub struct ProcessConfig {
     /// The cgroup v2 directory under which limited instances get their cgroup; `None` never
     /// applies limits. Default: `/sys/fs/cgroup/ccattler` (used only when running as root).
     pub cgroup_parent: Option<PathBuf>,
+    /// The address other hosts reach this node at: an instance with a port is reported at
+    /// `{host}:{port}`. Default: `127.0.0.1`, reachable from this host only. For other hosts
+    /// to connect, the instance must listen on that address (or on every address, `0.0.0.0`).
+    pub host: String,
 }
 
 impl Default for ProcessConfig {
@@ -83,6 +89,7 @@ impl Default for ProcessConfig {
         ProcessConfig {
             log_cap: 1024 * 1024,
             cgroup_parent: Some(PathBuf::from("/sys/fs/cgroup/ccattler")),
+            host: "127.0.0.1".to_owned(),
         }
     }
 }
@@ -99,6 +106,13 @@ impl ProcessConfig {
     #[must_use]
     pub fn cgroup_parent(mut self, parent: Option<PathBuf>) -> Self {
         self.cgroup_parent = parent;
+        self
+    }
+
+    /// Sets [`ProcessConfig::host`]: the node's address, as its agent advertises it.
+    #[must_use]
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
         self
     }
 }

@@ -210,7 +210,7 @@ impl Runtime for ProcessRuntime {
                 let cap = self.inner.config.log_cap;
                 let _ = disk::enforce_cap(&layout.log(id), &layout.old_log(id), cap);
             }
-            seen.push(entry.observed());
+            seen.push(entry.observed(&self.inner.config.host));
         }
         Ok(seen)
     }

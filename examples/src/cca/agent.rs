@@ -33,7 +33,7 @@ use std::time::Duration;
 use ccattler_core::schema::{Cpu, Memory};
 use ccattler_core::{FactStore, Runtime, StoreError};
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
-use ccattler_runtime::process::ProcessRuntime;
+use ccattler_runtime::process::{ProcessConfig, ProcessRuntime};
 use ccattler_runtime::simulator::SimulatorRuntime;
 use ccattler_store::http::{HttpStore, resolve_endpoints};
 use hyper::Method;
@@ -235,16 +235,22 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode, CliError> {
             ),
             Ok(_) => {}
         }
+        let config = advertised(args, &store).await;
         match args.runtime {
             AgentRuntime::Process => {
                 let root = dir.join("runtime");
-                let runtime = ProcessRuntime::new(&root).map_err(|err| {
+                // Instances are reported at the address the node advertises.
+                let process = ProcessConfig::default().host(config.address.clone());
+                let runtime = ProcessRuntime::with_config(&root, process).map_err(|err| {
                     args.cannot_start(format!("the process runtime in {}: {err}", root.display()))
                 })?;
-                serve(args, store, Arc::new(runtime)).await
+                serve(args, config, store, Arc::new(runtime)).await
             }
-            AgentRuntime::Sim => serve(args, store, Arc::new(SimulatorRuntime::new())).await,
-            AgentRuntime::Containerd => containerd(args, store).await,
+            AgentRuntime::Sim => {
+                let runtime = SimulatorRuntime::on_host(config.address.clone());
+                serve(args, config, store, Arc::new(runtime)).await
+            }
+            AgentRuntime::Containerd => containerd(args, config, store).await,
         }
     })
 }
@@ -261,7 +267,11 @@ pub enum AgentPullPolicy {
 }
 
 #[cfg(feature = "containerd")]
-async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliError> {
+async fn containerd(
+    args: &AgentArgs,
+    agent: AgentConfig,
+    store: HttpStore,
+) -> Result<ExitCode, CliError> {
     use ccattler_runtime::containerd::{
         ContainerdConfig, ContainerdRuntime, PullPolicy, RegistryCredentials,
     };
@@ -289,18 +299,35 @@ async fn containerd(args: &AgentArgs, store: HttpStore) -> Result<ExitCode, CliE
                     args.containerd_socket.display()
                 ))
             })?;
-    serve(args, store, Arc::new(runtime)).await
+    serve(args, agent, store, Arc::new(runtime)).await
 }
 
 #[cfg(not(feature = "containerd"))]
-async fn containerd(args: &AgentArgs, _store: HttpStore) -> Result<ExitCode, CliError> {
+async fn containerd(
+    args: &AgentArgs,
+    _agent: AgentConfig,
+    _store: HttpStore,
+) -> Result<ExitCode, CliError> {
     Err(args.cannot_start(
         "this cca was built without containerd support; rebuild with `--features containerd`",
     ))
 }
 
+/// The agent's configuration from its flags. Without `--address`, the node advertises the local
+/// address of its route to the first server (loopback only when that server is on loopback).
+async fn advertised(args: &AgentArgs, store: &HttpStore) -> AgentConfig {
+    let mut config = args.config();
+    if args.address.is_none()
+        && let Some(source) = super::route::route_source(store.endpoints()).await
+    {
+        config.address = source.to_string();
+    }
+    config
+}
+
 async fn serve<R: Runtime>(
     args: &AgentArgs,
+    config: AgentConfig,
     store: HttpStore,
     runtime: Arc<R>,
 ) -> Result<ExitCode, CliError> {
@@ -308,12 +335,6 @@ async fn serve<R: Runtime>(
         .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
-    let mut config = args.config();
-    if args.address.is_none()
-        && let Some(source) = super::route::route_source(store.endpoints()).await
-    {
-        config.address = source.to_string();
-    }
     let address = config.address.clone();
     let servers = store.endpoints().join(", ");
     let agent =
