@@ -27,6 +27,7 @@
 
 #![deny(missing_docs)]
 
+mod address;
 pub mod agent;
 #[cfg(feature = "containerd")]
 pub mod containerd;

@@ -130,6 +130,22 @@ async fn env_and_port_are_passed() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{port}\n"));
 }
 
+/// An instance is reported at the node's address the runtime was given, not at loopback.
+#[tokio::test]
+async fn the_address_names_the_configured_host() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default().host("fd00::7"));
+    let mut spec = sh("host-1", "exec sleep 1000");
+    spec.ports = vec![8080];
+    rt.ensure_running(&spec).await.expect("start");
+    let seen = wait_state(&rt, "host-1", InstanceState::Running).await;
+    let address = seen.address.expect("an address");
+    let port = address
+        .strip_prefix("[fd00::7]:")
+        .unwrap_or_else(|| panic!("{address} is not at the configured host"));
+    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{address}");
+}
+
 #[tokio::test]
 async fn logs_are_capped() {
     let mut fx = Fixture::new();

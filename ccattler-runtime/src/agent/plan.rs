@@ -391,7 +391,7 @@ fn probe_address(served: Option<&str>, port: Option<u16>) -> Option<String> {
             let host = served
                 .and_then(|address| address.rsplit_once(':'))
                 .map_or("127.0.0.1", |(host, _)| host);
-            Some(format!("{host}:{port}"))
+            Some(crate::address::served_at(host, port))
         }
     }
 }

@@ -169,33 +169,18 @@ impl Entry {
     /// What `observe` reports for this instance, served at `host` (the node's address).
     pub(super) fn observed(&self, host: &str) -> ObservedInstance {
         let mut seen = ObservedInstance::new(self.record.id.clone(), self.record.status.to_state());
-        seen.address = self.record.port.map(|port| served_at(host, port));
+        seen.address = self
+            .record
+            .port
+            .map(|port| crate::address::served_at(host, port));
         seen.restarts = self.record.restarts;
         seen
-    }
-}
-
-/// `host:port`, with an IPv6 host in brackets (`[fd00::1]:8080`).
-fn served_at(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_instance_is_served_at_the_nodes_address() {
-        assert_eq!(served_at("127.0.0.1", 8080), "127.0.0.1:8080");
-        assert_eq!(served_at("10.1.2.3", 20001), "10.1.2.3:20001");
-        assert_eq!(served_at("fd00::3", 80), "[fd00::3]:80");
-        assert_eq!(served_at("[fd00::3]", 80), "[fd00::3]:80");
-        assert_eq!(served_at("node-1.example", 80), "node-1.example:80");
-    }
 
     #[test]
     fn round_trips() {

@@ -108,7 +108,7 @@ impl Table {
             let next = FIRST_HOST_PORT.saturating_add(self.host_ports.len() as u16);
             let port = *self.host_ports.entry(spec.id.clone()).or_insert(next);
             let host = self.host.as_deref().unwrap_or("127.0.0.1");
-            Some(format!("{host}:{port}"))
+            Some(crate::address::served_at(host, port))
         };
         let mut instance = SimInstance {
             address,
