@@ -150,6 +150,49 @@ type PlacementKey = (Key, String, Revision, String);
 /// One node's observation of an instance: the node, the observation and its mod revision.
 type Reported = (String, Arc<InstanceObservation>, Revision);
 
+/// A desired record with its key, mod revision and create revision.
+type DesiredRecord = (Arc<DesiredInstance>, Key, Revision, Revision);
+
+/// Everything held of one instance id before it is joined into an [`Instance`]: one entry per
+/// id, so that refreshing an instance after a fact changed looks the large maps up once, not
+/// once per kind of record. Each part is shared, so copying an entry (every update of a map
+/// shared with the previous snapshot does) costs a few reference counts.
+#[derive(Clone, Debug, Default)]
+struct Records {
+    desired: Option<Arc<DesiredRecord>>,
+    /// Every placement key (almost always one), in key order; should there be several (a bug
+    /// of the writer), the first counts.
+    placements: Arc<Vec<PlacementKey>>,
+    /// What nodes report of it (almost always one node).
+    observations: Arc<Vec<Reported>>,
+    /// What it reserves, and on which node.
+    reserved: Option<(String, Usage)>,
+}
+
+impl Records {
+    fn is_empty(&self) -> bool {
+        self.desired.is_none()
+            && self.placements.is_empty()
+            && self.observations.is_empty()
+            && self.reserved.is_none()
+    }
+
+    /// The node of the placement that counts, with its key and mod revision.
+    fn placement(&self) -> Option<(&String, &Key, Revision)> {
+        self.placements
+            .first()
+            .map(|(key, node, revision, _)| (node, key, *revision))
+    }
+
+    /// What `node` reports, with the report's mod revision.
+    fn observation(&self, node: &str) -> Option<(&Arc<InstanceObservation>, Revision)> {
+        self.observations
+            .iter()
+            .find(|(n, ..)| n == node)
+            .map(|(_, o, revision)| (o, *revision))
+    }
+}
+
 /// Every standard record a view holds, decoded and cross-referenced.
 ///
 /// # Stale observations
@@ -189,28 +232,19 @@ pub struct Cluster {
     /// When each node that holds its lease registered: the create revision of its current
     /// `lease/node/{node}` fact. Observations older than this are stale.
     pub registered: OrdMap<String, Revision>,
-    /// Placements by instance id: (node, key, mod revision).
-    pub placements: OrdMap<String, (String, Key, Revision)>,
     /// What placed instances reserve, per node (resources of their service's current spec).
     pub usage: OrdMap<String, Usage>,
     /// The scheduler's suggested move per service (`status/rebalance/{svc}`).
     pub moves: OrdMap<String, RebalanceMove>,
     /// Keys whose value did not decode.
     pub invalid: OrdSet<Key>,
-    /// Desired records by id, with their key, mod revision and create revision.
-    desired: OrdMap<String, (Arc<DesiredInstance>, Key, Revision, Revision)>,
-    /// Observations by instance id, then node (almost always one), with their mod revision.
-    /// Keyed by id first so that a lookup borrows the id instead of building a pair of strings.
-    observations: OrdMap<String, Arc<Vec<Reported>>>,
+    /// What is held of each instance id: desired record, placements, observations,
+    /// reservation. Keyed by id alone so that a lookup borrows the id.
+    records: OrdMap<String, Arc<Records>>,
     by_node: OrdMap<String, OrdSet<String>>,
     by_service: OrdMap<String, OrdSet<String>>,
-    reserved: OrdMap<String, (String, Usage)>,
     unplaced: OrdSet<String>,
     orphans: OrdSet<String>,
-    /// Every placement key of each instance id (almost always one), in key order, with its
-    /// node, mod revision and service. A short list, shared: a map per instance would cost a
-    /// whole tree node (kilobytes) each.
-    placement_keys: OrdMap<String, Arc<Vec<PlacementKey>>>,
     touched: std::collections::BTreeSet<String>,
 }
 
@@ -285,7 +319,15 @@ impl Cluster {
     pub fn orphan_placements(&self) -> impl Iterator<Item = &Key> + '_ {
         self.orphans
             .iter()
-            .filter_map(|id| self.placements.get(id).map(|(_, key, _)| key))
+            .filter_map(|id| self.placement(id).map(|(_, key, _)| key))
+    }
+
+    /// Where instance `id` is placed, whether or not its desired record exists: the node, the
+    /// placement's key and its mod revision. Should it have several placements (a bug of the
+    /// writer), the first by key counts.
+    pub fn placement(&self, id: &str) -> Option<(&str, &Key, Revision)> {
+        let (node, key, revision) = self.records.get(id)?.placement()?;
+        Some((node, key, revision))
     }
 
     /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
@@ -341,8 +383,12 @@ impl Cluster {
                 .map(|ids| ids.iter().cloned().collect())
                 .unwrap_or_default();
             for id in ids {
-                let written = self.observation(node, &id).map(|(_, written)| written);
-                let (alive, fresh) = self.judge(node, written);
+                let written = self
+                    .records
+                    .get(&id)
+                    .and_then(|r| r.observation(node))
+                    .map(|(_, written)| written);
+                let (alive, fresh) = judge(&self.registered, &self.alive, node, written);
                 if let Some(instance) = self.instances.get_mut(&id)
                     && (instance.node_alive, instance.fresh) != (alive, fresh)
                 {
@@ -366,28 +412,29 @@ impl Cluster {
                     fact.map(|f| f.mod_revision).unwrap_or_default(),
                 )
             });
-            self.set_observation(node, id, observed);
-            self.refresh(id);
+            self.update(id, |records| set_observation(records, node, observed));
         } else if let RecordKey::Instance(id) = record {
-            let old_service = self.desired.get(id).map(|(d, ..)| d.service.clone());
-            match self.decode::<DesiredInstance>(key, fact) {
-                Some(d) => {
-                    let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
-                    let created = fact.map(|f| f.create_revision).unwrap_or_default();
-                    self.desired
-                        .insert(id.to_owned(), (Arc::new(d), key.clone(), revision, created))
+            let desired = self.decode::<DesiredInstance>(key, fact).map(|d| {
+                let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+                let created = fact.map(|f| f.create_revision).unwrap_or_default();
+                Arc::new((Arc::new(d), key.clone(), revision, created))
+            });
+            let service = desired.as_ref().map(|d| d.0.service.clone());
+            let old = self.update(id, |records| {
+                std::mem::replace(&mut records.desired, desired)
+            });
+            let old_service = old.map(|d| d.0.service.clone());
+            if old_service != service {
+                if let Some(old_service) = &old_service {
+                    unindex(&mut self.by_service, old_service, id);
                 }
-                None => self.desired.remove(id),
-            };
-            if let Some(service) = old_service {
-                unindex(&mut self.by_service, &service, id);
-                self.touched.insert(service);
+                if let Some(service) = &service {
+                    index(&mut self.by_service, service, id);
+                }
             }
-            if let Some((d, ..)) = self.desired.get(id) {
-                let service = d.service.clone();
-                index(&mut self.by_service, &service, id);
+            if let Some(old_service) = old_service {
+                self.touched.insert(old_service);
             }
-            self.refresh(id);
         }
     }
 
@@ -406,49 +453,32 @@ impl Cluster {
         }
     }
 
-    /// Records or forgets the placement stored at `key` (on `node`, of instance `id`). Should an
-    /// instance have several (a bug of the writer), the first by key counts.
+    /// Records or forgets the placement stored at `key` (on `node`, of instance `id`).
     fn set_placement(&mut self, node: &str, id: &str, key: &Key, fact: Option<&Fact>) {
         let assigned = fact.and_then(|_| self.decode::<Assignment>(key, fact));
-        let keys = Arc::make_mut(self.placement_keys.entry(id.to_owned()).or_default());
-        let at = keys.binary_search_by(|(k, ..)| k.cmp(key));
-        let service = match (assigned, at) {
-            (Some(assignment), at) => {
-                let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
-                let entry = (
-                    key.clone(),
-                    node.to_owned(),
-                    revision,
-                    assignment.service.clone(),
-                );
-                match at {
-                    Ok(i) => keys[i] = entry,
-                    Err(i) => keys.insert(i, entry),
+        let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
+        let service = self.update(id, |records| {
+            let keys = Arc::make_mut(&mut records.placements);
+            let at = keys.binary_search_by(|(k, ..)| k.cmp(key));
+            match (assigned, at) {
+                (Some(assignment), at) => {
+                    let service = assignment.service;
+                    let entry = (key.clone(), node.to_owned(), revision, service.clone());
+                    match at {
+                        Ok(i) => keys[i] = entry,
+                        Err(i) => keys.insert(i, entry),
+                    }
+                    Some(service)
                 }
-                Some(assignment.service)
+                (None, Ok(i)) => Some(keys.remove(i).3),
+                (None, Err(_)) => None,
             }
-            (None, Ok(i)) => Some(keys.remove(i).3),
-            (None, Err(_)) => None,
-        };
+        });
         // A placement left of a deleted record holds its service back (a stateful identity
         // waits for it), so its going touches the service too.
         if let Some(service) = service {
             self.touched.insert(service);
         }
-        let chosen = keys
-            .first()
-            .map(|(key, node, revision, _)| (key.clone(), node.clone(), *revision));
-        if keys.is_empty() {
-            self.placement_keys.remove(id);
-        }
-        if let Some((old_node, _, _)) = self.placements.remove(id) {
-            unindex(&mut self.by_node, &old_node, id);
-        }
-        if let Some((key, node, revision)) = chosen {
-            index(&mut self.by_node, &node, id);
-            self.placements.insert(id.to_owned(), (node, key, revision));
-        }
-        self.refresh(id);
     }
 
     fn refresh_service(&mut self, service: &str) {
@@ -458,62 +488,34 @@ impl Cluster {
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
         for id in ids {
-            self.refresh(&id);
+            self.update(&id, |_| ());
         }
     }
 
-    /// Records (or, with `None`, forgets) what `node` reports of instance `id`.
-    fn set_observation(
-        &mut self,
-        node: &str,
-        id: &str,
-        observed: Option<(Arc<InstanceObservation>, Revision)>,
-    ) {
-        let reports = match (self.observations.get_mut(id), &observed) {
-            (Some(reports), _) => Arc::make_mut(reports),
-            (None, None) => return,
-            (None, Some(_)) => Arc::make_mut(self.observations.entry(id.to_owned()).or_default()),
-        };
-        let at = reports.iter().position(|(n, ..)| n == node);
-        match (observed, at) {
-            (Some((o, revision)), Some(i)) => reports[i] = (node.to_owned(), o, revision),
-            (Some((o, revision)), None) => reports.push((node.to_owned(), o, revision)),
-            (None, Some(i)) => {
-                reports.swap_remove(i);
-            }
-            (None, None) => {}
-        }
-        if reports.is_empty() {
-            self.observations.remove(id);
-        }
-    }
-
-    /// What `node` last reported of instance `id`, with the report's mod revision.
-    fn observation(&self, node: &str, id: &str) -> Option<(&Arc<InstanceObservation>, Revision)> {
-        let reports = self.observations.get(id)?;
-        reports
-            .iter()
-            .find(|(n, ..)| n == node)
-            .map(|(_, o, revision)| (o, *revision))
-    }
-
-    /// Recomputes the joined [`Instance`] and the reservation of `id`.
+    /// Edits what is held of instance `id`, then joins it again: its [`Instance`], its
+    /// reservation and the indexes of placed, unplaced and orphaned instances.
     ///
-    /// Called for every fact that changes, so it looks each index up once: at 100,000
+    /// Called for every fact that changes, so it looks each large map up once: at 100,000
     /// instances, these lookups are most of what a controller's cache costs.
-    fn refresh(&mut self, id: &str) {
-        let desired = self.desired.get(id).cloned();
-        let placed = self.placements.get(id).map(|(node, _, _)| node.clone());
-        if let Some((d, ..)) = &desired
-            && !self.touched.contains(&d.service)
-        {
-            self.touched.insert(d.service.clone());
+    fn update<R>(&mut self, id: &str, edit: impl FnOnce(&mut Records) -> R) -> R {
+        if !self.records.contains_key(id) {
+            self.records.insert(id.to_owned(), Arc::default());
         }
-        let reservation = match (&placed, &desired) {
-            (Some(node), Some((d, ..))) => {
+        let Some(records) = self.records.get_mut(id) else {
+            unreachable!("inserted above");
+        };
+        let records = Arc::make_mut(records);
+        let was_on = records.placement().map(|(node, ..)| node.clone());
+        let out = edit(records);
+        let placement = records
+            .placement()
+            .map(|(node, key, revision)| (node.clone(), key.clone(), revision));
+        let desired = records.desired.clone();
+        let reservation = match (&placement, &desired) {
+            (Some((node, ..)), Some(d)) => {
                 let resources = self
                     .services
-                    .get(&d.service)
+                    .get(&d.0.service)
                     .map(|s| s.resources)
                     .unwrap_or_default();
                 Some((
@@ -525,9 +527,49 @@ impl Cluster {
                 ))
             }
             _ => None,
+        }
+        .filter(|(_, held)| *held != Usage::default());
+        let reserved = if records.reserved == reservation {
+            None
+        } else {
+            Some(std::mem::replace(
+                &mut records.reserved,
+                reservation.clone(),
+            ))
         };
-        self.reserve(id, reservation);
-        let Some((desired, key, revision, created)) = desired else {
+        let placed = placement.as_ref().map(|(node, ..)| node.clone());
+        let report = placed
+            .as_deref()
+            .and_then(|node| records.observation(node))
+            .map(|(o, written)| (Arc::clone(o), written));
+        if records.is_empty() {
+            self.records.remove(id);
+        }
+        if let Some(before) = reserved {
+            self.reserve(before, reservation);
+        }
+        if was_on != placed {
+            if let Some(node) = &was_on {
+                unindex(&mut self.by_node, node, id);
+            }
+            if let Some(node) = &placed {
+                index(&mut self.by_node, node, id);
+            }
+        }
+        self.join(id, desired, placed, report);
+        out
+    }
+
+    /// Makes the [`Instance`] of `id` from its desired record, its node and that node's
+    /// report, and files it as unplaced or orphaned as it is.
+    fn join(
+        &mut self,
+        id: &str,
+        desired: Option<Arc<DesiredRecord>>,
+        placed: Option<String>,
+        report: Option<(Arc<InstanceObservation>, Revision)>,
+    ) {
+        let Some(desired) = desired else {
             self.instances.remove(id);
             self.unplaced.remove(id);
             if placed.is_some() {
@@ -537,31 +579,32 @@ impl Cluster {
             }
             return;
         };
+        let (record, key, revision, created) = desired.as_ref();
+        if !self.touched.contains(&record.service) {
+            self.touched.insert(record.service.clone());
+        }
         self.orphans.remove(id);
-        if placed.is_none() && desired.state == DesiredState::Running {
+        if placed.is_none() && record.state == DesiredState::Running {
             self.unplaced.insert(id.to_owned());
         } else {
             self.unplaced.remove(id);
         }
-        let report = placed
-            .as_deref()
-            .and_then(|node| self.observation(node, id));
         // A report older than the record belongs to an earlier instance of the same id (a
         // stateful identity deleted and created again): it says nothing of this one.
+        let written = report.as_ref().map(|(_, written)| *written);
         let observed = report
-            .filter(|(_, written)| *written >= created)
-            .map(|(o, _)| Arc::clone(o));
-        let written = report.map(|(_, written)| written);
-        let (node_alive, fresh) = placed
-            .as_deref()
-            .map_or((false, false), |node| self.judge(node, written));
+            .filter(|(_, written)| written >= created)
+            .map(|(o, _)| o);
+        let (node_alive, fresh) = placed.as_deref().map_or((false, false), |node| {
+            judge(&self.registered, &self.alive, node, written)
+        });
         self.instances.insert(
             id.to_owned(),
             Arc::new(Instance {
                 id: id.to_owned(),
-                desired,
-                key,
-                revision,
+                desired: Arc::clone(record),
+                key: key.clone(),
+                revision: *revision,
                 node: placed,
                 observed,
                 fresh,
@@ -570,23 +613,8 @@ impl Cluster {
         );
     }
 
-    /// Whether `node` holds its lease, and whether a report it wrote at revision `written`
-    /// (`None`: no report) is fresh: written at or after the node's current lease fact was
-    /// created.
-    fn judge(&self, node: &str, written: Option<Revision>) -> (bool, bool) {
-        let fresh = match (self.registered.get(node), written) {
-            (Some(since), Some(written)) => written >= *since,
-            _ => false,
-        };
-        (self.alive.contains(node), fresh)
-    }
-
-    fn reserve(&mut self, id: &str, now: Option<(String, Usage)>) {
-        let now = now.filter(|(_, held)| *held != Usage::default());
-        let before = self.reserved.get(id).cloned();
-        if before == now {
-            return;
-        }
+    /// Moves a reservation from `before` to `now` in the per-node usage.
+    fn reserve(&mut self, before: Option<(String, Usage)>, now: Option<(String, Usage)>) {
         if let Some((node, held)) = before {
             let usage = self.usage.entry(node.clone()).or_default();
             usage.cpu = usage.cpu.saturating_sub(held.cpu);
@@ -594,18 +622,52 @@ impl Cluster {
             if *usage == Usage::default() {
                 self.usage.remove(&node);
             }
-            self.reserved.remove(id);
         }
         if let Some((node, held)) = now {
-            let usage = self.usage.entry(node.clone()).or_default();
+            let usage = self.usage.entry(node).or_default();
             usage.cpu = usage.cpu.checked_add(held.cpu).unwrap_or(usage.cpu);
             usage.memory = usage
                 .memory
                 .checked_add(held.memory)
                 .unwrap_or(usage.memory);
-            self.reserved.insert(id.to_owned(), (node, held));
         }
     }
+}
+
+/// Records (or, with `None`, forgets) what `node` reports.
+fn set_observation(
+    records: &mut Records,
+    node: &str,
+    observed: Option<(Arc<InstanceObservation>, Revision)>,
+) {
+    let at = records.observations.iter().position(|(n, ..)| n == node);
+    if observed.is_none() && at.is_none() {
+        return;
+    }
+    let reports = Arc::make_mut(&mut records.observations);
+    match (observed, at) {
+        (Some((o, revision)), Some(i)) => reports[i] = (node.to_owned(), o, revision),
+        (Some((o, revision)), None) => reports.push((node.to_owned(), o, revision)),
+        (None, Some(i)) => {
+            reports.swap_remove(i);
+        }
+        (None, None) => {}
+    }
+}
+
+/// Whether `node` holds its lease, and whether a report it wrote at revision `written` (`None`:
+/// no report) is fresh: written at or after the node's current lease fact was created.
+fn judge(
+    registered: &OrdMap<String, Revision>,
+    alive: &OrdSet<String>,
+    node: &str,
+    written: Option<Revision>,
+) -> (bool, bool) {
+    let fresh = match (registered.get(node), written) {
+        (Some(since), Some(written)) => written >= *since,
+        _ => false,
+    };
+    (alive.contains(node), fresh)
 }
 
 fn index(map: &mut OrdMap<String, OrdSet<String>>, group: &str, id: &str) {

@@ -422,6 +422,14 @@ mod model {
                 prop_assert_eq!(ids(&patched), ids(&fresh));
                 let orphans = |c: &Cluster| c.orphan_placements().cloned().collect::<Vec<_>>();
                 prop_assert_eq!(orphans(&patched), orphans(&fresh));
+                for id in 0..4 {
+                    let id = format!("i{id}");
+                    prop_assert_eq!(patched.placement(&id), fresh.placement(&id));
+                }
+                for n in NODES {
+                    let on = |c: &Cluster| c.instances_on(n).map(|i| i.id.clone()).collect::<Vec<_>>();
+                    prop_assert_eq!(on(&patched), on(&fresh));
+                }
                 for s in SERVICES {
                     let of = |c: &Cluster| c.instances_of(s).map(|i| i.id.clone()).collect::<Vec<_>>();
                     prop_assert_eq!(of(&patched), of(&fresh));

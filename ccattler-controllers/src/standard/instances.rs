@@ -6,15 +6,12 @@ use ccattler_core::schema::{
     self, DesiredInstance, DesiredState, EffectiveService, RebalanceMove, RestartPolicy,
     UpdatePolicy,
 };
-use ccattler_core::{
-    Change, Controller, FactView, Key, ReconcileContext, ReconcileError, Revision,
-};
+use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cache::PlanCache;
-use super::cluster::{Instance, Standing};
+use super::cluster::{Cluster, Instance, Standing};
 use super::events::instance_events;
 use super::stop_order::stop_order;
-use imbl::OrdMap;
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
 ///
@@ -182,7 +179,7 @@ impl Controller for InstanceController {
                 update: spec.map(|s| s.update).unwrap_or_default(),
                 stateful: spec.is_some_and(|s| s.stateful),
                 instances: &instances,
-                placements: &cluster.placements,
+                cluster: &cluster,
             };
             let effective = cluster.effective.get(service);
             match effective {
@@ -214,8 +211,8 @@ struct ServicePlan<'a> {
     update: UpdatePolicy,
     stateful: bool,
     instances: &'a [&'a Instance],
-    /// Every placement by instance id, those left of deleted records among them.
-    placements: &'a OrdMap<String, (String, Key, Revision)>,
+    /// The whole cluster, for the placements left of deleted records.
+    cluster: &'a Cluster,
 }
 
 impl ServicePlan<'_> {
@@ -473,7 +470,7 @@ impl ServicePlan<'_> {
                 continue; // in use, or still stopping: the same identity waits for it
             }
             let id = format!("{}-{ordinal}", id_base(self.service));
-            if self.placements.contains_key(&id) {
+            if self.cluster.placement(&id).is_some() {
                 // The previous incarnation's placement is not deleted yet: a new record now
                 // would take it over, with the agent's report of the old one.
                 continue;

@@ -144,13 +144,13 @@ fn mirror(
         let Some(instance) = cluster.instances.get(id) else {
             continue;
         };
-        let Some((node, key, _)) = cluster.placements.get(id) else {
+        let Some((node, key, _)) = cluster.placement(id) else {
             continue;
         };
         let wanted = schema::encode(&Assignment {
             instance: instance.id.clone(),
             service: instance.desired.service.clone(),
-            node: node.clone(),
+            node: node.to_owned(),
             version: instance.desired.version.clone(),
             state: instance.desired.state,
         });
@@ -237,8 +237,9 @@ fn plan(
     // an instance that has no placement.
     for fact in facts.scan(schema::PLACED) {
         let id = RecordKey::parse(&fact.key).and_then(|r| r.instance());
-        let placing = id.is_some_and(|id| placements.contains_key(id));
-        if !placing && !id.is_some_and(|id| cluster.placements.contains_key(id)) {
+        let kept =
+            id.is_some_and(|id| placements.contains_key(id) || cluster.placement(id).is_some());
+        if !kept {
             changes.push(Change::delete(fact.key.clone()));
         }
     }
