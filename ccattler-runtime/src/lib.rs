@@ -18,12 +18,14 @@
 //! | [`simulator`] | [`simulator::SimulatorRuntime`]: in memory, deterministic, faults injected through [`simulator::Faults`] |
 //! | [`process`] | [`process::ProcessRuntime`]: real Linux processes with state on disk, adopted after an agent restart |
 //! | `containerd` (feature `containerd`) | `containerd::ContainerdRuntime`: containers through containerd's gRPC API, OCI tarball import, a busybox test image |
+//! | `dns` (feature `dns`) | `dns::DnsServer`: answers `web.service.cca` (A, AAAA, SRV) with service `web`'s ready endpoints, followed from the store |
 //!
 //! ## Feature flags
 //!
 //! | feature | what it adds |
 //! |---|---|
 //! | `containerd` | the `containerd` module; building it needs `protoc` (Debian `protobuf-compiler`), which `scripts/containerd-up` installs |
+//! | `dns` | the `dns` module, over the `hickory-server` DNS library |
 
 #![deny(missing_docs)]
 
@@ -31,6 +33,8 @@ mod address;
 pub mod agent;
 #[cfg(feature = "containerd")]
 pub mod containerd;
+#[cfg(feature = "dns")]
+pub mod dns;
 mod mounts;
 pub mod process;
 pub mod simulator;
