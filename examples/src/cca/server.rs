@@ -18,6 +18,10 @@
 //!    (every call through [`ccattler_store::Metered`]), the API's and the scheduler's metrics
 //!    (the table: [`ccattler_core::telemetry`]).
 //!    `listening on http://ADDR` is printed on stdout once it accepts connections.
+//! 5. With `--dns ADDR`, it also answers DNS there (UDP and TCP) for the services' ready
+//!    endpoints: `web.service.cca` (the domain is `--dns-domain`) as A, AAAA and SRV records,
+//!    followed from the store ([`ccattler_runtime::dns::DnsServer`]); `answering DNS on ADDR` is
+//!    printed on stdout once it does.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -27,6 +31,7 @@ use std::process::ExitCode;
 use ccattler_controllers::standard;
 use ccattler_core::runner::{LeaderElection, TokioRunner};
 use ccattler_core::{FactStore, Runner};
+use ccattler_runtime::dns::{DnsConfig, DnsServer};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -84,6 +89,17 @@ pub struct ServerArgs {
     /// `{host name}:{port}` by default.
     #[arg(long, value_name = "NAME")]
     pub replica_id: Option<String>,
+    /// Also answer DNS on this address (UDP and TCP) for the services' ready endpoints:
+    /// `SVC.service.DOMAIN` as A, AAAA and SRV records (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub dns: Option<SocketAddr>,
+    /// The domain DNS names sit under (with --dns).
+    #[arg(long, value_name = "DOMAIN", default_value = "cca")]
+    pub dns_domain: String,
+    /// Seconds a resolver may cache a DNS answer (with --dns): short, so that clients leave an
+    /// endpoint soon after it stops being ready.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub dns_ttl: u32,
 }
 
 impl ServerArgs {
@@ -223,6 +239,11 @@ where
         })
     });
 
+    let dns = match args.dns {
+        Some(listen) => Some(dns(args, listen, store.clone()).await?),
+        None => None,
+    };
+
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ApiConfig {
         max_body: args.max_body,
@@ -249,7 +270,34 @@ where
     }
     let _ = stop_replica.send(());
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), replica_task).await;
+    if let Some(dns) = dns {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), dns.shutdown()).await;
+    }
     outcome
+}
+
+/// Starts answering DNS on `listen`; prints where once it does.
+async fn dns<S: FactStore + Clone + Send + Sync + 'static>(
+    args: &ServerArgs,
+    listen: SocketAddr,
+    store: S,
+) -> Result<DnsServer, CliError> {
+    let mut config = DnsConfig::new(listen);
+    config.domain = args.dns_domain.clone();
+    config.ttl = args.dns_ttl;
+    let server = DnsServer::start(store, config)
+        .await
+        .map_err(|err| args.cannot_start(format!("--dns: {err}")))?;
+    // Not `println!`: a reader that closed stdout after the first line must not stop the server.
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(
+        stdout,
+        "cca server: answering DNS on {} (udp, tcp) for SVC.service.{}",
+        server.local_addr(),
+        args.dns_domain
+    );
+    let _ = stdout.flush();
+    Ok(server)
 }
 
 /// Sets up the admin token; see the [module docs](self).

@@ -281,3 +281,18 @@ pub(crate) async fn wait_for<T>(
 pub(crate) fn read_log(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_default()
 }
+
+/// Whether `tool` runs (`tool --version` or `tool -v`); when it does not, `test` fails under CI
+/// (`CI=true`: scripts/test installs it) and says it was skipped when run by hand.
+pub(crate) fn has_tool(test: &str, tool: &str) -> bool {
+    let runs = |flag: &str| Command::new(tool).arg(flag).output().is_ok();
+    if runs("--version") || runs("-v") {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test} needs {tool}, which is not installed (scripts/test installs it)"
+    );
+    eprintln!("SKIPPED {test}: {tool} is not installed");
+    false
+}
