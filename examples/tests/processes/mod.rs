@@ -140,12 +140,24 @@ pub(crate) fn start_server_with(
     n: u32,
     env: &[(&str, &str)],
 ) -> (Child, String) {
+    let mut command = cca();
+    command.envs(env.iter().copied());
+    spawn_server(command, dir, listen, store_args, n)
+}
+
+/// [`start_server`] with `command` as the `cca` to run (another host's, see `hosts`).
+pub(crate) fn spawn_server(
+    mut command: Command,
+    dir: &Path,
+    listen: &str,
+    args: &[impl AsRef<OsStr>],
+    n: u32,
+) -> (Child, String) {
     let log_name = format!("server-{n}.log");
     let log = std::fs::File::create(dir.join(&log_name)).expect("log");
-    let mut child = cca()
-        .envs(env.iter().copied())
+    let mut child = command
         .args(["server", "--listen", listen])
-        .args(store_args)
+        .args(args)
         .arg("--token-file")
         .arg(dir.join("admin-token"))
         .stdout(Stdio::piped())
@@ -205,9 +217,22 @@ pub(crate) fn start_agent_with(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Child {
+    let mut command = cca();
+    command.envs(env.iter().copied());
+    spawn_agent(command, dir, url, node, enroll, extra)
+}
+
+/// [`start_agent`] with `command` as the `cca` to run (another host's, see `hosts`).
+pub(crate) fn spawn_agent(
+    mut command: Command,
+    dir: &Path,
+    url: &str,
+    node: &str,
+    enroll: &str,
+    extra: &[&str],
+) -> Child {
     let log = std::fs::File::create(dir.join(format!("agent-{node}.log"))).expect("log");
-    cca()
-        .envs(env.iter().copied())
+    command
         .args(["agent", "--server", url, "--node", node, "--enroll", enroll])
         .arg("--state-dir")
         .arg(dir.join(node))

@@ -1,0 +1,178 @@
+//! The reference cluster across hosts that are real network namespaces (see `hosts`): `cca
+//! server --dns` on one, an agent on each of two others, instances of the process runtime
+//! serving HTTP. It shows an instance on one host reached from another at its endpoint, `dig`
+//! on a host answering the ready endpoints of both hosts, and a host cut off from the network
+//! keeping its instance running while the cluster replaces it elsewhere.
+//!
+//! Needs root and `ip` (network namespaces), `curl`, `dig` and `python3`: without them the test
+//! fails under CI and says it was skipped when run by hand.
+
+mod hosts;
+mod processes;
+
+use std::process::Command;
+use std::time::Duration;
+
+use hosts::Hosts;
+use processes::{
+    Children, Workloads, admin_token, apply, enrollment_token, has_tool, spawn_agent, spawn_server,
+    unique, wait_for,
+};
+
+const CCA: &str = env!("CARGO_BIN_EXE_cca");
+
+/// What `command` printed on stdout.
+fn stdout(mut command: Command) -> String {
+    let out = command.output().expect("the command runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The SRV answers of `web.service.cca` as host `from` gets them: (port, target).
+fn srv(hosts: &Hosts, from: usize, server: &str) -> Vec<(String, String)> {
+    let mut dig = hosts.command(from, "dig");
+    dig.args([
+        &format!("@{server}"),
+        "web.service.cca",
+        "SRV",
+        "+short",
+        "+tries=1",
+    ]);
+    stdout(dig)
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            Some((fields.get(2)?.to_string(), fields.get(3)?.to_string()))
+        })
+        .collect()
+}
+
+/// The address `name` resolves to, as host `from` asks.
+fn address(hosts: &Hosts, from: usize, server: &str, name: &str) -> String {
+    let mut dig = hosts.command(from, "dig");
+    dig.args([&format!("@{server}"), name, "A", "+short", "+tries=1"]);
+    stdout(dig)
+}
+
+/// The HTTP status host `from` gets from `http://{target}/` ("000": no connection).
+fn http(hosts: &Hosts, from: usize, target: &str) -> String {
+    let mut curl = hosts.command(from, "curl");
+    curl.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "3",
+    ])
+    .arg(format!("http://{target}/"));
+    stdout(curl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_reached_across_hosts_and_outlive_a_cut() {
+    const TEST: &str = "instances_are_reached_across_hosts_and_outlive_a_cut";
+    if !["curl", "dig", "python3"]
+        .iter()
+        .all(|tool| has_tool(TEST, tool))
+    {
+        return;
+    }
+    // Made first, dropped last: the processes in the namespaces go before the namespaces.
+    let Some(hosts) = Hosts::new(TEST, 3) else {
+        return;
+    };
+    let tempdir = tempfile::tempdir().expect("tempdir");
+    let dir = tempdir.path().to_owned();
+    let marker = unique("cca-hosts-marker");
+    let _workloads = Workloads(marker.clone());
+    let mut children = Children::default();
+
+    let server = hosts.hosts[0].address.to_string();
+    let flags = ["--dns".to_owned(), format!("{server}:53")];
+    let (child, url) = spawn_server(
+        hosts.command(0, CCA),
+        &dir,
+        &format!("{server}:0"),
+        &flags,
+        1,
+    );
+    children.0.push(child);
+    let admin = admin_token(&dir);
+    let agent_flags = [
+        "--cpu",
+        "4",
+        "--memory",
+        "4Gi",
+        "--stop-grace",
+        "1s",
+        "--lease-ttl",
+        "4s",
+    ];
+    for i in [1, 2] {
+        let token = enrollment_token(&url, &admin);
+        let node = format!("h{i}");
+        children.0.push(spawn_agent(
+            hosts.command(i, CCA),
+            &dir,
+            &url,
+            &node,
+            &token,
+            &agent_flags,
+        ));
+    }
+
+    let doc = format!(
+        "service web {{\n    image busybox\n    command \"sh -c 'exec python3 -m http.server $PORT --bind 0.0.0.0 --directory /tmp/{marker}'\"\n    instances 2\n    expose 8080 http\n    readiness {{\n        tcp\n        every 1s\n    }}\n    resources {{\n        cpu 100m\n        memory 32Mi\n    }}\n}}\n"
+    );
+    apply(&dir, &url, &admin, &doc, &[]);
+
+    // Both instances ready, one per host, each named by DNS at its host's address.
+    let (endpoints, took) = wait_for(
+        "web ready on both hosts",
+        Duration::from_secs(30),
+        async || {
+            let answers = srv(&hosts, 2, &server);
+            let mut endpoints: Vec<(String, String)> = answers
+                .iter()
+                .map(|(port, target)| (address(&hosts, 2, &server, target), port.clone()))
+                .collect();
+            endpoints.sort();
+            let on = |i: usize| hosts.hosts[i].address.to_string();
+            let both = endpoints.len() == 2 && endpoints[0].0 == on(1) && endpoints[1].0 == on(2);
+            both.then_some(endpoints)
+        },
+    )
+    .await;
+    eprintln!("web at {endpoints:?} after {took:?}");
+
+    // Host 2 reaches the instance on host 1 at its endpoint, and the other way round.
+    let on_1 = format!("{}:{}", endpoints[0].0, endpoints[0].1);
+    let on_2 = format!("{}:{}", endpoints[1].0, endpoints[1].1);
+    assert_ne!(http(&hosts, 2, &on_1), "000", "host 2 cannot reach {on_1}");
+    assert_ne!(http(&hosts, 1, &on_2), "000", "host 1 cannot reach {on_2}");
+
+    // Host 1 cut off: nobody reaches it, yet its instance runs on (its agent stops nothing
+    // while the server is out of reach), and the cluster replaces it on host 2.
+    hosts.cut(1);
+    assert_eq!(http(&hosts, 2, &on_1), "000", "host 1 is still reachable");
+    wait_for(
+        "web replaced on host 2",
+        Duration::from_secs(30),
+        async || {
+            let answers = srv(&hosts, 2, &server);
+            let host_2 = hosts.hosts[2].address.to_string();
+            let all_on_2 = answers.len() == 2
+                && answers
+                    .iter()
+                    .all(|(_, target)| address(&hosts, 2, &server, target) == host_2);
+            all_on_2.then_some(())
+        },
+    )
+    .await;
+    assert_ne!(
+        http(&hosts, 1, &on_1),
+        "000",
+        "the cut-off instance stopped"
+    );
+}
