@@ -101,6 +101,7 @@ fn cluster(nodes: usize) -> FactView {
                 node: node.clone(),
                 version: version.clone(),
                 state: DesiredState::Running,
+                ports: Vec::new(),
             };
             view.insert(fact(
                 schema::keys::placement(&node, &id).expect("key"),

@@ -52,6 +52,7 @@ async fn fill(store: &Metered<MemoryStore>) {
             node: node.clone(),
             version: "v1".to_owned(),
             state: DesiredState::Running,
+            ports: Vec::new(),
         };
         let observation = InstanceObservation {
             node: node.clone(),

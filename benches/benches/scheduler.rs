@@ -50,6 +50,7 @@ fn nodes() -> Vec<NodeStatus> {
                 zone: Some(format!("zone-{}", i % 3)),
                 architecture: if i % 10 == 9 { "arm64" } else { "amd64" }.into(),
                 address: String::new(),
+                ports: Default::default(),
             }
         })
         .collect()
@@ -127,6 +128,7 @@ fn requests<'a>(r: &'a Requests, shapes: &'a [Placement]) -> Vec<Request<'a>> {
                     memory: Memory::from_bytes((1 + s as u64 % 8) * (128 << 20)),
                 },
                 placement: &shapes[s % shapes.len()],
+                ports: ccattler_controllers::scheduler::Ports::NONE,
             }
         })
         .collect()
@@ -192,6 +194,8 @@ fn scheduler_benches(c: &mut Criterion) {
             node: full.placements[r.instance],
             resources: r.resources,
             placement: r.placement,
+            ports: &[],
+            needs: ccattler_controllers::scheduler::Ports::NONE,
         })
         .collect();
     let again: Vec<Request<'_>> = placed

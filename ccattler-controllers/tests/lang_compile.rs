@@ -131,6 +131,17 @@ network {
 "#;
 
 #[test]
+fn a_static_port_is_fixed_on_the_host_and_the_others_are_not() {
+    let compiled = compile(
+        "service edge {\n    image nginx\n    expose 80 static\n    expose external 443 tcp static\n    expose 9000 http\n}\n",
+    );
+    let edge = service(&compiled, "edge");
+    let fixed: Vec<(u16, bool)> = edge.expose.iter().map(|e| (e.port, e.fixed)).collect();
+    assert_eq!(fixed, [(80, true), (443, true), (9000, false)]);
+    assert!(edge.expose[1].external && edge.expose[1].protocol == Protocol::Tcp);
+}
+
+#[test]
 fn every_construct_lands_in_its_record() {
     let compiled = compile(EVERYTHING);
     let web = service(&compiled, "team/web");

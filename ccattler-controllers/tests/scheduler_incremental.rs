@@ -254,6 +254,8 @@ fn pure(view: &FactView) -> Plan {
                 node,
                 resources,
                 placement,
+                ports: &[],
+                needs: ccattler_controllers::scheduler::Ports::NONE,
             }),
             None if d.state == DesiredState::Running && services.contains_key(&d.service) => {
                 requests.push(Request {
@@ -261,6 +263,7 @@ fn pure(view: &FactView) -> Plan {
                     service: &d.service,
                     resources,
                     placement,
+                    ports: ccattler_controllers::scheduler::Ports::NONE,
                 })
             }
             None => {}

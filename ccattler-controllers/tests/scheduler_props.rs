@@ -162,6 +162,8 @@ fn inputs<'a>(
             node: &c.nodes[n].0.name,
             resources: resources(cpu, mib),
             placement: &c.services[s],
+            ports: &[],
+            needs: ccattler_controllers::scheduler::Ports::NONE,
         })
         .collect();
     let requests = c
@@ -173,6 +175,7 @@ fn inputs<'a>(
             service: &names.services[s],
             resources: resources(cpu, mib),
             placement: &c.services[s],
+            ports: ccattler_controllers::scheduler::Ports::NONE,
         })
         .collect();
     (nodes, existing, requests)

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::schema::{Cpu, Memory};
+use crate::schema::{Cpu, Memory, PortBinding};
 
 /// A file written into the instance before it starts (a config file or a secret).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,9 +50,11 @@ pub struct InstanceSpec {
     pub files: Vec<FileSpec>,
     /// Volumes to mount.
     pub mounts: Vec<MountSpec>,
-    /// Ports the instance listens on. The process runtime gives the first one a free host port
-    /// and passes it as `PORT`.
-    pub ports: Vec<u16>,
+    /// The ports the instance serves on: each declared port with the host port it gets on the
+    /// node (the node agent passes what the scheduler gave; a runtime used on its own can give
+    /// each declared port itself). Runtimes put them in the instance's environment
+    /// ([`port_env`](Self::port_env)) and report the instance served at the first host port.
+    pub ports: Vec<PortBinding>,
     /// CPU limit (zero: none).
     pub cpu: Cpu,
     /// Memory limit (zero: none).
@@ -60,6 +62,25 @@ pub struct InstanceSpec {
 }
 
 impl InstanceSpec {
+    /// The environment variables that tell the instance its ports: `PORT`, the first host
+    /// port, and `PORT_{declared}` for each declared port (`PORT_8080=20001`).
+    pub fn port_env(&self) -> Vec<(String, String)> {
+        let first = self
+            .ports
+            .first()
+            .map(|b| ("PORT".to_owned(), b.host.to_string()));
+        let each = self
+            .ports
+            .iter()
+            .map(|b| (format!("PORT_{}", b.port), b.host.to_string()));
+        first.into_iter().chain(each).collect()
+    }
+
+    /// The host port the instance is served at: the first one.
+    pub fn served_port(&self) -> Option<u16> {
+        self.ports.first().map(|b| b.host)
+    }
+
     /// A spec with an id and image and nothing else.
     pub fn new(id: impl Into<String>, image: impl Into<String>) -> Self {
         InstanceSpec {

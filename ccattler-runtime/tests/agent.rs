@@ -94,6 +94,7 @@ impl Node {
             node: NODE.into(),
             version: spec.version(),
             state,
+            ports: Vec::new(),
         };
         store
             .put(
@@ -221,6 +222,7 @@ async fn runs_what_is_placed_and_reports_it() {
         port: 8080,
         protocol: Default::default(),
         external: false,
+        fixed: false,
     }];
     let mut readiness = Probe::new(ProbeCheck::Http { path: "/".into() });
     readiness.every = Duration::from_millis(200);

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ccattler_core::schema::{Cpu, Memory};
+use ccattler_core::schema::{Cpu, Memory, PortBinding};
 use ccattler_core::{
     FileSpec, InstanceSpec, InstanceState, ObservedInstance, Runtime, RuntimeError,
 };
@@ -111,23 +111,31 @@ async fn files_land_in_work_with_their_modes() {
 async fn env_and_port_are_passed() {
     let mut fx = Fixture::new();
     let rt = fx.runtime(ProcessConfig::default());
-    let mut spec = sh("env-1", "echo \"$GREETING $PORT\"; exec sleep 1000").env("GREETING", "hi");
-    spec.ports = vec![8080];
+    let script = "echo \"$GREETING $PORT $PORT_8080 $PORT_9090\"; exec sleep 1000";
+    let mut spec = sh("env-1", script).env("GREETING", "hi");
+    spec.ports = vec![
+        PortBinding {
+            port: 8080,
+            host: 28080,
+        },
+        PortBinding {
+            port: 9090,
+            host: 28081,
+        },
+    ];
     rt.ensure_running(&spec).await.expect("start");
     let seen = wait_state(&rt, "env-1", InstanceState::Running).await;
-    let address = seen.address.expect("an address");
-    let port = address
-        .strip_prefix("127.0.0.1:")
-        .expect("loopback address");
+    // Served at the host port given to its first declared port: no port is picked here.
+    assert_eq!(seen.address.as_deref(), Some("127.0.0.1:28080"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let logs = rt.logs("env-1", 1).await.expect("logs");
-    assert_eq!(logs, format!("hi {port}\n"));
+    assert_eq!(logs, "hi 28080 28080 28081\n");
     let probe = ["sh", "-c", "echo $PORT"].map(String::from);
     let out = rt
         .exec("env-1", &probe, Duration::from_secs(5))
         .await
         .expect("exec");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{port}\n"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "28080\n");
 }
 
 /// An instance is reported at the node's address the runtime was given, not at loopback.
@@ -136,14 +144,14 @@ async fn the_address_names_the_configured_host() {
     let mut fx = Fixture::new();
     let rt = fx.runtime(ProcessConfig::default().host("fd00::7"));
     let mut spec = sh("host-1", "exec sleep 1000");
-    spec.ports = vec![8080];
+    spec.ports = vec![PortBinding {
+        port: 8080,
+        host: 28082,
+    }];
     rt.ensure_running(&spec).await.expect("start");
     let seen = wait_state(&rt, "host-1", InstanceState::Running).await;
     let address = seen.address.expect("an address");
-    let port = address
-        .strip_prefix("[fd00::7]:")
-        .unwrap_or_else(|| panic!("{address} is not at the configured host"));
-    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{address}");
+    assert_eq!(address, "[fd00::7]:28082", "served at the configured host");
 }
 
 #[tokio::test]

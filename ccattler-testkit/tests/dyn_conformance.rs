@@ -167,6 +167,7 @@ async fn node_agent_runs_on_dyn_forms() {
         node: "n1".into(),
         version: spec.version(),
         state: DesiredState::Running,
+        ports: Vec::new(),
     };
     let service_key = schema::keys::service(&spec.name).expect("key");
     store

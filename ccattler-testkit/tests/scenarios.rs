@@ -87,6 +87,7 @@ scenarios! {
     late_node_gets_its_share => "019_late_node_gets_its_share.txt",
     generic_facts_own_controller => "020_generic_facts_own_controller.txt" in toy_world(),
     stateful_identity_waits_for_its_old_placement => "021_stateful_identity_waits_for_its_old_placement.txt",
+    static_port_once_per_node => "022_static_port_once_per_node.txt",
 }
 
 /// A world whose only controller is the toy replica controller.

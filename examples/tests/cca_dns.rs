@@ -83,6 +83,15 @@ async fn dig_finds_the_ready_instances_and_follows_them() {
     )
     .await;
     eprintln!("web answered at ports {ports:?} after {took:?}");
+    // Two instances of one declared port on one host: the scheduler gave each its own host port
+    // of the node's range (20000-29999 by default).
+    assert_ne!(ports[0], ports[1], "{ports:?}");
+    assert!(
+        ports
+            .iter()
+            .all(|p| p.parse::<u16>().is_ok_and(|p| (20000..=29999).contains(&p))),
+        "{ports:?}"
+    );
     assert_eq!(dig(dns, "web.service.cca", "A", false).trim(), "127.0.0.1");
     // What DNS names is reachable: an HTTP request to each port answers.
     for port in &ports {

@@ -155,6 +155,7 @@ async fn secrets_reach_only_the_nodes_that_run_them() {
         node: "n1".to_owned(),
         version: String::new(),
         state: Default::default(),
+        ports: Vec::new(),
     };
     setup
         .store

@@ -52,6 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             node: "n1".into(),
             version: spec.version(),
             state: DesiredState::Running,
+            ports: Vec::new(),
         };
         store
             .put(

@@ -121,6 +121,9 @@ impl Compiler<'_> {
             Some("tcp") => Protocol::Tcp,
             _ => Protocol::Http,
         };
+        // `static`: the instance needs this very port on its host.
+        let fixed = st.args.len() > first + 1
+            && st.args.last().and_then(|a| a.kind.text()) == Some("static");
         if spec.expose.iter().any(|e| e.port == port) {
             let span = st.args.get(first).map_or(st.span, |a| a.span);
             return Err(self.error(
@@ -134,6 +137,7 @@ impl Compiler<'_> {
             port,
             protocol,
             external,
+            fixed,
         });
         Ok(())
     }

@@ -252,6 +252,7 @@ pub static SERVICE: BlockSpec = BlockSpec {
                 opt(Shape::Keyword("external"), "external"),
                 req(Shape::Number, "PORT"),
                 opt(Shape::OneOf(&["http", "tcp"]), "PROTOCOL"),
+                opt(Shape::Keyword("static"), "static"),
             ]],
             true,
             None,

@@ -4,16 +4,32 @@ use std::collections::BTreeMap;
 
 use ccattler_core::schema::{NodeStatus, Placement, Resources};
 
-use super::{Existing, Move, Node, Rebalance, Request, Schedule, ScheduleInput, schedule};
+use super::{Existing, Move, Node, Ports, Rebalance, Request, Schedule, ScheduleInput, schedule};
 
 /// An instance, existing (with a node) or requested (without).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Inst {
     pub instance: String,
     pub service: String,
     pub node: String,
     pub resources: Resources,
     pub placement: Placement,
+    /// The host ports it needs by number.
+    pub fixed: Vec<u16>,
+    /// How many ports of its node's range it needs.
+    pub any: u32,
+    /// The host ports an existing instance holds.
+    pub held: Vec<u16>,
+}
+
+impl Inst {
+    /// The host ports it needs.
+    pub(crate) fn ports(&self) -> Ports<'_> {
+        Ports {
+            fixed: &self.fixed,
+            any: self.any,
+        }
+    }
 }
 
 /// A cluster to schedule on.
@@ -89,6 +105,7 @@ impl Fixture {
                 node: node.into(),
                 resources: need,
                 placement: Placement::default(),
+                ..Inst::default()
             });
         }
         self
@@ -110,7 +127,25 @@ impl Fixture {
                 node: String::new(),
                 resources: need,
                 placement: p.clone(),
+                ..Inst::default()
             });
+        }
+        self
+    }
+
+    /// Gives the last `n` requests (or existing instances, with `existing`) these host ports:
+    /// `fixed` by number, `any` of the node's range; existing ones hold `held`.
+    pub(super) fn ports(mut self, n: usize, fixed: &[u16], any: u32, held: &[u16]) -> Self {
+        let list = if held.is_empty() {
+            &mut self.requests
+        } else {
+            &mut self.existing
+        };
+        let from = list.len().saturating_sub(n);
+        for inst in &mut list[from..] {
+            inst.fixed = fixed.to_vec();
+            inst.any = any;
+            inst.held = held.to_vec();
         }
         self
     }
@@ -124,6 +159,7 @@ impl Fixture {
                 service: &i.service,
                 resources: i.resources,
                 placement: &i.placement,
+                ports: i.ports(),
             })
             .collect()
     }
@@ -144,6 +180,8 @@ impl Fixture {
                 node: &i.node,
                 resources: i.resources,
                 placement: &i.placement,
+                ports: &i.held,
+                needs: i.ports(),
             })
             .collect();
         let requests = self.borrowed_requests();

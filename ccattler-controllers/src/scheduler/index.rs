@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use ccattler_core::schema::{Placement, Resources, ZonePolicy};
 
+use super::ports::HostPorts;
 use super::{Node, ScheduleInput};
 
 /// A small, fast, deterministic hasher for the per-call maps (keys are short names). Iteration
@@ -194,6 +195,8 @@ pub(crate) fn preferred(node: &Node<'_>, prefer: &BTreeMap<String, String>) -> u
 pub(crate) struct Index<'a> {
     pub nodes: &'a [Node<'a>],
     pub usage: Vec<Usage>,
+    /// Each node's host ports.
+    pub ports: Vec<HostPorts>,
     pub by_name: FastMap<&'a str, u32>,
     /// Zone number of each node (`None` is a zone of its own for spreading).
     pub zone_of: Vec<u32>,
@@ -210,6 +213,7 @@ impl<'a> Index<'a> {
         let mut zone_ids: FastMap<Option<&str>, u32> = FastMap::default();
         let mut zone_of = Vec::with_capacity(nodes.len());
         let mut usage = Vec::with_capacity(nodes.len());
+        let ports = nodes.iter().map(|n| HostPorts::new(n.ports)).collect();
         for (i, node) in nodes.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             by_name.entry(node.name).or_insert(i);
@@ -225,6 +229,7 @@ impl<'a> Index<'a> {
         Index {
             nodes,
             usage,
+            ports,
             by_name,
             zone_of,
             zones: zone_ids.len(),

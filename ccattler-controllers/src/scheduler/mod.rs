@@ -25,7 +25,12 @@
 //! 4. it has every `require` label with the required value;
 //! 5. every one of its taints is in the placement's `accept` list;
 //! 6. the request's cpu fits in what existing instances and this call's placements left;
-//! 7. so does its memory.
+//! 7. so does its memory;
+//! 8. every host port it needs by number ([`Ports::fixed`]) is held by no existing instance
+//!    nor by this call's placements;
+//! 9. the node's port range has [`Ports::any`] free ports left, counting the ports held there
+//!    and those this call's placements took (the caller picks which: the scheduler only
+//!    counts them).
 //!
 //! # Ranking (soft)
 //!
@@ -62,6 +67,8 @@
 //! # Guarantees
 //!
 //! - No node is given more cpu or memory than it has, counting existing instances and this call.
+//! - No host port is given twice on a node, and no node's range is promised more ports than it
+//!   has free (existing instances hold the ports listed in [`Existing::ports`]).
 //! - No request lands on a node failing any filter: `require`, architecture, zone and taints are
 //!   never relaxed.
 //! - Every request is in exactly one of `placements` and `unsatisfied`.
@@ -86,6 +93,7 @@
 mod index;
 mod live;
 mod place;
+mod ports;
 mod reason;
 mod rebalance;
 mod types;
@@ -94,8 +102,9 @@ mod types;
 mod fixture;
 
 pub(crate) use live::{LiveIndex, Placed};
+pub use ports::port_needs;
 pub use reason::{Rejection, Unsatisfied};
-pub use types::{Existing, Move, Node, Rebalance, Request, Schedule, ScheduleInput};
+pub use types::{Existing, Move, Node, Ports, Rebalance, Request, Schedule, ScheduleInput};
 
 use index::{FastMap, Index};
 use place::{Counts, Outcome, order, place_run, same_run};
@@ -136,6 +145,7 @@ pub fn schedule<'a>(input: &ScheduleInput<'a>) -> Schedule<'a> {
         if input.reserved.is_none() {
             index.reserve(n, ex.resources);
         }
+        index.ports[n as usize].hold(ex.ports);
         let e = u32::try_from(e).unwrap_or(u32::MAX);
         if input.rebalance == Rebalance::All {
             existing_of.entry(ex.service).or_default().push((e, n));
@@ -159,7 +169,7 @@ pub fn schedule<'a>(input: &ScheduleInput<'a>) -> Schedule<'a> {
                 &mut index,
                 &mut counts,
                 first.placement,
-                first.resources,
+                (first.resources, first.ports),
                 run.len(),
             );
             for (request, outcome) in run.iter().zip(outcomes) {

@@ -17,7 +17,7 @@ use std::collections::BinaryHeap;
 use ccattler_core::schema::{Placement, Resources, ZonePolicy};
 
 use super::index::{Index, Rank};
-use super::{Request, Unsatisfied};
+use super::{Ports, Request, Unsatisfied};
 
 /// The processing order: by service, then instance id.
 pub(crate) fn order<'r, 'a>(requests: &'r [Request<'a>]) -> Vec<&'r Request<'a>> {
@@ -26,9 +26,10 @@ pub(crate) fn order<'r, 'a>(requests: &'r [Request<'a>]) -> Vec<&'r Request<'a>>
     sorted
 }
 
-/// Whether two requests of one service form one run (equal resources and placement).
+/// Whether two requests of one service form one run (equal resources, ports and placement).
 pub(crate) fn same_run(a: &Request<'_>, b: &Request<'_>) -> bool {
     a.resources == b.resources
+        && a.ports == b.ports
         && (std::ptr::eq(a.placement, b.placement) || a.placement == b.placement)
 }
 
@@ -75,13 +76,13 @@ pub(crate) enum Outcome<'a> {
     Unsatisfied(Unsatisfied<'a>),
 }
 
-/// Places one run of requests (same service, resources and placement), updating usage and
-/// counts. Returns one outcome per request.
+/// Places one run of requests (same service, resources, ports and placement), updating usage,
+/// host ports and counts. Returns one outcome per request.
 pub(crate) fn place_run<'a>(
     index: &mut Index<'a>,
     counts: &mut Counts,
     placement: &'a Placement,
-    need: Resources,
+    (need, ports): (Resources, Ports<'_>),
     k: usize,
 ) -> Vec<Outcome<'a>> {
     let spread = matches!(placement.zone, Some(ZonePolicy::Spread));
@@ -91,7 +92,7 @@ pub(crate) fn place_run<'a>(
     let idx = &*index;
     let candidates = eligible
         .iter()
-        .filter(|&&n| idx.usage[n as usize].fits(need))
+        .filter(|&&n| idx.usage[n as usize].fits(need) && idx.ports[n as usize].fits(ports))
         .map(|&n| idx.rank(n, counts.node[n as usize], prefer, need));
     // One queue per zone when spreading, else a single queue.
     let mut queues: Vec<Vec<Reverse<Rank<'a>>>> =
@@ -128,7 +129,12 @@ pub(crate) fn place_run<'a>(
             })
             .min_by_key(|(z, top, _)| (if spread { counts.zone[*z as usize] } else { 0 }, *top));
         let Some((_, top, heap)) = best else {
-            let why = Unsatisfied::diagnose(index.nodes, &index.usage, placement, need);
+            let why = Unsatisfied::diagnose(
+                index.nodes,
+                (&index.usage, &index.ports),
+                placement,
+                (need, ports),
+            );
             while out.len() < k {
                 out.push(Outcome::Unsatisfied(why.clone()));
             }
@@ -137,9 +143,10 @@ pub(crate) fn place_run<'a>(
         heap.pop();
         let n = top.node;
         index.usage[n as usize].add(need);
+        index.ports[n as usize].take(ports);
         counts.add(n, index.zone_of[n as usize]);
         out.push(Outcome::Placed(n));
-        if index.usage[n as usize].fits(need) {
+        if index.usage[n as usize].fits(need) && index.ports[n as usize].fits(ports) {
             heap.push(Reverse(index.rank(
                 n,
                 counts.node[n as usize],
@@ -153,7 +160,7 @@ pub(crate) fn place_run<'a>(
 
 #[cfg(test)]
 mod tests {
-    use ccattler_core::schema::{Placement, ZonePolicy};
+    use ccattler_core::schema::{Placement, PortRange, ZonePolicy};
 
     use super::super::fixture::{Fixture, res};
 
@@ -314,6 +321,51 @@ mod tests {
         assert_eq!(result.on("a"), 0);
         assert_eq!(result.on("b"), 3);
         assert!(result.unsatisfied.is_empty());
+    }
+
+    #[test]
+    fn a_fixed_host_port_goes_once_per_node_and_is_named_when_none_is_left() {
+        let any = Placement::default();
+        let result = Fixture::default()
+            .node("a", "8", "8Gi")
+            .node("b", "8", "8Gi")
+            .node("c", "8", "8Gi")
+            .existing("other", "c", 1, res("0", "0"))
+            .ports(1, &[80], 0, &[80])
+            .request("ingress", 3, res("1", "1Gi"), &any)
+            .ports(3, &[80], 1, &[])
+            .run();
+        // c's port 80 is held: a and b take one each, the third fits nowhere.
+        assert_eq!((result.on("a"), result.on("b"), result.on("c")), (1, 1, 0));
+        assert_eq!(
+            result.unsatisfied["ingress-002"],
+            "0/3 nodes can run it: 3 have host port 80 taken"
+        );
+    }
+
+    #[test]
+    fn a_port_range_that_runs_out_is_named() {
+        let any = Placement::default();
+        let small = PortRange {
+            first: 100,
+            last: 102,
+        };
+        let result = Fixture::default()
+            .node("a", "8", "8Gi")
+            .with(|n| n.ports = small)
+            .existing("other", "a", 1, res("0", "0"))
+            .ports(1, &[], 1, &[101])
+            .request("web", 2, res("1", "1Gi"), &any)
+            .ports(2, &[], 1, &[])
+            .request("api", 1, res("1", "1Gi"), &any)
+            .ports(1, &[], 2, &[])
+            .run();
+        // Two ports of three are free: api (first by name) needs both, web gets none.
+        assert_eq!(result.placements["api-002"], "a");
+        assert_eq!(
+            result.unsatisfied["web-000"],
+            "0/1 nodes can run it: 1 has too few free host ports (needs 1)"
+        );
     }
 
     #[test]

@@ -4,8 +4,9 @@ use std::fmt;
 
 use ccattler_core::schema::{Cpu, Memory, Placement, Resources, ZonePolicy};
 
-use super::Node;
 use super::index::Usage;
+use super::ports::{HostPorts, PortsRejection};
+use super::{Node, Ports};
 
 /// Why one node cannot take a request: the first hard filter it fails, in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -45,15 +46,25 @@ pub enum Rejection<'a> {
         /// What the request needs.
         needs: Memory,
     },
+    /// A host port the request needs by number is held by another instance (the smallest).
+    PortTaken {
+        /// The port.
+        port: u16,
+    },
+    /// The node's port range has too few free ports left for the request's declared ports.
+    NoFreePort {
+        /// How many ports of the range the request needs.
+        needs: u32,
+    },
 }
 
 impl<'a> Rejection<'a> {
     /// The first filter `node` fails for a request, or `None` when it could take it.
     pub(crate) fn of(
         node: &Node<'a>,
-        usage: &Usage,
+        (usage, host_ports): (&Usage, &HostPorts),
         placement: &'a Placement,
-        need: Resources,
+        (need, ports): (Resources, Ports<'_>),
     ) -> Option<Self> {
         if !node.alive {
             return Some(Rejection::NotAlive);
@@ -93,7 +104,11 @@ impl<'a> Rejection<'a> {
         if !usage.fits(need) {
             return Some(Rejection::Memory { needs: need.memory });
         }
-        None
+        match host_ports.check(ports) {
+            Err(PortsRejection::Taken(port)) => Some(Rejection::PortTaken { port }),
+            Err(PortsRejection::TooFew) => Some(Rejection::NoFreePort { needs: ports.any }),
+            Ok(()) => None,
+        }
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>, one: bool) -> fmt::Result {
@@ -112,6 +127,10 @@ impl<'a> Rejection<'a> {
             Rejection::Taint { taint } => write!(f, "{is} tainted {taint} (not accepted)"),
             Rejection::Cpu { needs } => write!(f, "{has} too little cpu (needs {needs})"),
             Rejection::Memory { needs } => write!(f, "{has} too little memory (needs {needs})"),
+            Rejection::PortTaken { port } => write!(f, "{has} host port {port} taken"),
+            Rejection::NoFreePort { needs } => {
+                write!(f, "{has} too few free host ports (needs {needs})")
+            }
         }
     }
 }
@@ -145,13 +164,13 @@ impl<'a> Unsatisfied<'a> {
     /// Counts every node's first failing filter. Nodes that pass every filter are not counted.
     pub(crate) fn diagnose(
         nodes: &[Node<'a>],
-        usage: &[Usage],
+        (usage, host_ports): (&[Usage], &[HostPorts]),
         placement: &'a Placement,
-        need: Resources,
+        (need, ports): (Resources, Ports<'_>),
     ) -> Self {
         let mut rejections: Vec<(Rejection<'a>, usize)> = Vec::new();
-        for (node, usage) in nodes.iter().zip(usage) {
-            if let Some(r) = Rejection::of(node, usage, placement, need) {
+        for ((node, usage), held) in nodes.iter().zip(usage).zip(host_ports) {
+            if let Some(r) = Rejection::of(node, (usage, held), placement, (need, ports)) {
                 match rejections.iter_mut().find(|(seen, _)| *seen == r) {
                     Some((_, n)) => *n += 1,
                     None => rejections.push((r, 1)),

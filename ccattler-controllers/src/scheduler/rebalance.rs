@@ -83,6 +83,7 @@ pub(crate) fn rebalance_service<'a>(
             let (cs, zs) = (counts.node[s as usize], index.zone_of[s as usize]);
             for (pos, &e) in movable.get(&s).into_iter().flatten().enumerate() {
                 let need = existing[e as usize].resources;
+                let ports = existing[e as usize].needs;
                 let best = targets
                     .iter()
                     .copied()
@@ -90,6 +91,7 @@ pub(crate) fn rebalance_service<'a>(
                         t != s
                             && counts.node[t as usize] + 2 <= cs
                             && index.usage[t as usize].fits(need)
+                            && index.ports[t as usize].fits(ports)
                     })
                     .map(|t| {
                         let zt = index.zone_of[t as usize];
@@ -119,6 +121,7 @@ pub(crate) fn rebalance_service<'a>(
         counts.add(t, index.zone_of[t as usize]);
         // The source keeps its reservation: the old instance runs until its replacement is up.
         index.usage[t as usize].add(moving.resources);
+        index.ports[t as usize].take(moving.needs);
         out.push(Move {
             instance: moving.instance,
             service: moving.service,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources};
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, PortRange, Resources};
 
 use super::Unsatisfied;
 
@@ -26,6 +26,8 @@ pub struct Node<'a> {
     pub architecture: &'a str,
     /// Whether the node is alive (its lease is held). Dead nodes take nothing.
     pub alive: bool,
+    /// The host ports it hands out to declared ports that are not fixed.
+    pub ports: PortRange,
 }
 
 impl<'a> Node<'a> {
@@ -40,6 +42,7 @@ impl<'a> Node<'a> {
             zone: status.zone.as_deref(),
             architecture: &status.architecture,
             alive,
+            ports: status.ports,
         }
     }
 }
@@ -58,6 +61,10 @@ pub struct Existing<'a> {
     pub resources: Resources,
     /// Its service's placement: a suggested move only targets nodes that satisfy it.
     pub placement: &'a Placement,
+    /// The host ports it holds on its node (by number).
+    pub ports: &'a [u16],
+    /// The host ports it would need on another node (for [`Schedule::rebalance`] moves).
+    pub needs: Ports<'a>,
 }
 
 /// An instance to place.
@@ -71,6 +78,22 @@ pub struct Request<'a> {
     pub resources: Resources,
     /// Where it may (filters) and should (ranking) run.
     pub placement: &'a Placement,
+    /// The host ports it needs on its node.
+    pub ports: Ports<'a>,
+}
+
+/// The host ports an instance needs on its node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ports<'a> {
+    /// Ports it needs by number (`expose 80 static`): free on the node, in its range or not.
+    pub fixed: &'a [u16],
+    /// How many ports of the node's range it needs, any free ones.
+    pub any: u32,
+}
+
+impl Ports<'_> {
+    /// No port at all.
+    pub const NONE: Ports<'static> = Ports { fixed: &[], any: 0 };
 }
 
 /// Which services [`schedule`](super::schedule) looks at for [`Schedule::rebalance`].

@@ -21,7 +21,8 @@ use imbl::{OrdMap, OrdSet};
 
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
-    Memory, NodeStatus, ObservedState, RebalanceMove, RecordKey, RestartPolicy, ServiceSpec,
+    Memory, NodeStatus, ObservedState, PortBinding, RebalanceMove, RecordKey, RestartPolicy,
+    ServiceSpec,
 };
 use ccattler_core::{Fact, FactView, Key, Revision};
 
@@ -144,8 +145,16 @@ pub struct Usage {
     pub memory: Memory,
 }
 
-/// One placement key of an instance: the key, its node, its mod revision and its service.
-type PlacementKey = (Key, String, Revision, String);
+/// One placement of an instance as its fact says.
+#[derive(Clone, Debug)]
+struct PlacementKey {
+    key: Key,
+    node: String,
+    revision: Revision,
+    service: String,
+    /// The host ports it was given.
+    ports: Vec<PortBinding>,
+}
 
 /// One node's observation of an instance: the node, the observation and its mod revision.
 type Reported = (String, Arc<InstanceObservation>, Revision);
@@ -181,7 +190,7 @@ impl Records {
     fn placement(&self) -> Option<(&String, &Key, Revision)> {
         self.placements
             .first()
-            .map(|(key, node, revision, _)| (node, key, *revision))
+            .map(|p| (&p.node, &p.key, p.revision))
     }
 
     /// What `node` reports, with the report's mod revision.
@@ -330,6 +339,35 @@ impl Cluster {
         Some((node, key, revision))
     }
 
+    /// The host ports instance `id`'s placement (the one that counts) was given; none when it
+    /// is not placed or exposes no port.
+    pub fn host_ports(&self, id: &str) -> &[PortBinding] {
+        self.records
+            .get(id)
+            .and_then(|r| r.placements.first())
+            .map_or(&[], |p| p.ports.as_slice())
+    }
+
+    /// The host ports held on `node` by the instances placed there (those whose record is
+    /// gone too, until their placement is deleted).
+    pub fn host_ports_on(&self, node: &str) -> std::collections::BTreeSet<u16> {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .flat_map(|id| self.host_ports(id))
+            .map(|binding| binding.host)
+            .collect()
+    }
+
+    /// Every placed instance id (its record may be gone), with its node, in id order.
+    pub fn placed(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.records.iter().filter_map(|(id, records)| {
+            let (node, ..) = records.placement()?;
+            Some((id.as_str(), node.as_str()))
+        })
+    }
+
     /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
     pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
         self.invalid.remove(key);
@@ -459,18 +497,24 @@ impl Cluster {
         let revision = fact.map(|f| f.mod_revision).unwrap_or_default();
         let service = self.update(id, |records| {
             let keys = Arc::make_mut(&mut records.placements);
-            let at = keys.binary_search_by(|(k, ..)| k.cmp(key));
+            let at = keys.binary_search_by(|p| p.key.cmp(key));
             match (assigned, at) {
                 (Some(assignment), at) => {
                     let service = assignment.service;
-                    let entry = (key.clone(), node.to_owned(), revision, service.clone());
+                    let entry = PlacementKey {
+                        key: key.clone(),
+                        node: node.to_owned(),
+                        revision,
+                        service: service.clone(),
+                        ports: assignment.ports,
+                    };
                     match at {
                         Ok(i) => keys[i] = entry,
                         Err(i) => keys.insert(i, entry),
                     }
                     Some(service)
                 }
-                (None, Ok(i)) => Some(keys.remove(i).3),
+                (None, Ok(i)) => Some(keys.remove(i).service),
                 (None, Err(_)) => None,
             }
         });

@@ -48,6 +48,7 @@ fn world() -> FactView {
             node: node.into(),
             version: "v".into(),
             state: DesiredState::Running,
+            ports: Vec::new(),
         };
         view.insert(fact(
             keys::placement(node, &id).unwrap(),
@@ -396,6 +397,7 @@ mod model {
             node: NODES[n].into(),
             version: String::new(),
             state: DesiredState::Running,
+            ports: Vec::new(),
         };
         view.insert(fact(
             keys::placement(NODES[n], id).unwrap(),

@@ -27,6 +27,7 @@ mod cache;
 mod cluster;
 mod endpoints;
 mod events;
+mod host_ports;
 mod instances;
 mod intent;
 mod placement;

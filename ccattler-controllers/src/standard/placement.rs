@@ -2,15 +2,18 @@
 //! [`schedule`](crate::scheduler::schedule) function would, reading the ranking off a
 //! `LiveIndex` (the scheduler's node tables) kept between passes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use ccattler_core::schema::{self, Assignment, DesiredState, RecordKey, Unschedulable};
+use ccattler_core::schema::{
+    self, Assignment, DesiredState, RecordKey, ServiceSpec, Unschedulable,
+};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
 use super::cluster::Cluster;
 use super::events::placement_events;
+use super::host_ports;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
-use crate::scheduler::{LiveIndex, Placed, Request};
+use crate::scheduler::{LiveIndex, Placed, Ports, Request};
 
 /// Writes `placement/{node}/{id}` for every running instance without one,
 /// `status/unschedulable/{id}` with the reason for those that fit nowhere, and
@@ -153,6 +156,7 @@ fn mirror(
             node: node.to_owned(),
             version: instance.desired.version.clone(),
             state: instance.desired.state,
+            ports: cluster.host_ports(id).to_vec(),
         });
         if facts.get(key.as_str()).map(|f| &f.value) != Some(&wanted) {
             changes.push(Change::put(key.clone(), wanted));
@@ -170,21 +174,35 @@ fn plan(
     facts: &FactView,
     changes: &mut Vec<Change>,
 ) -> Result<(), ReconcileError> {
+    // Each service's host ports, once per pass, for its requests to borrow.
+    let mut needs: BTreeMap<&str, (Vec<u16>, u32)> = BTreeMap::new();
+    for instance in cluster.unplaced() {
+        let service = instance.desired.service.as_str();
+        if let Some(spec) = cluster.services.get(service) {
+            needs
+                .entry(service)
+                .or_insert_with(|| crate::scheduler::port_needs(spec));
+        }
+    }
     let mut requests = Vec::new();
     for instance in cluster.unplaced() {
         let Some(spec) = cluster.services.get(&instance.desired.service) else {
             continue; // deleted: the instance controller stops it
         };
+        let ports = needs
+            .get(instance.desired.service.as_str())
+            .map_or(Ports::NONE, |(fixed, any)| Ports { fixed, any: *any });
         requests.push(Request {
             instance: &instance.id,
             service: &instance.desired.service,
             resources: spec.resources,
             placement: &spec.placement,
+            ports,
         });
     }
     let Placed {
         placements,
-        unsatisfied,
+        mut unsatisfied,
     } = if requests.is_empty() {
         Placed::default()
     } else {
@@ -194,8 +212,20 @@ fn plan(
     // of its placements together fetches, starts and reports them together.
     let mut by_node: Vec<(&str, &String)> = placements.iter().map(|(i, n)| (*i, n)).collect();
     by_node.sort_by_key(|&(_, node)| node);
+    let with_spec: Vec<(&str, &str, &ServiceSpec)> = by_node
+        .iter()
+        .filter_map(|&(instance, node)| {
+            let service = &cluster.instances.get(instance)?.desired.service;
+            Some((instance, node.as_str(), cluster.services.get(service)?))
+        })
+        .collect();
+    let (mut host_ports, no_port) = host_ports::allocate(cluster, &with_spec);
+    unsatisfied.extend(no_port);
     for (instance, node) in by_node {
         let desired = &cluster.instances[instance].desired;
+        let Some(ports) = host_ports.remove(instance) else {
+            continue; // no host port left on its node: placed again next pass
+        };
         // Beside the placement, the one key that guards where this instance goes: a view that
         // missed its placement elsewhere (watches of different prefixes lag apart) holds an
         // older revision of it, so this commit conflicts instead of placing it twice.
@@ -211,6 +241,7 @@ fn plan(
                 node: node.clone(),
                 version: desired.version.clone(),
                 state: DesiredState::Running,
+                ports,
             }),
         ));
     }

@@ -80,6 +80,9 @@ fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
             index.set_instance(&instance.id, Some((&instance.desired.service, node)));
         }
     }
+    for (id, node) in cluster.placed() {
+        index.hold_ports(id, Some((node, &held(&cluster, id))));
+    }
     let check = cluster.instances.keys().cloned().collect();
     let state = ScheduleState {
         view: view.clone(),
@@ -125,6 +128,12 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
             nodes.insert(node);
             spread.insert(service); // it left a node: its service may be settled now
         }
+        // Held while placed, whether or not its record is still there.
+        let ports = held(cluster, id);
+        index.hold_ports(
+            id,
+            cluster.placement(id).map(|(node, ..)| (node, &ports[..])),
+        );
         if let Some(instance) = cluster.instances.get(id) {
             spread.insert(instance.desired.service.clone());
         }
@@ -170,6 +179,11 @@ fn classify(
         }
         _ => {}
     }
+}
+
+/// The host ports instance `id`'s placement holds.
+fn held(cluster: &Cluster, id: &str) -> Vec<u16> {
+    cluster.host_ports(id).iter().map(|b| b.host).collect()
 }
 
 /// What the cluster reserves on node `name`.

@@ -160,6 +160,7 @@ fn settled_move(cluster: &Cluster, index: &mut LiveIndex, service: &str) -> Sett
         service,
         resources: spec.resources,
         placement: &spec.placement,
+        ports: crate::scheduler::Ports::NONE,
     };
     let placed = index.place(&[probe]);
     let Some(to) = placed.placements.get(PROBE) else {

@@ -88,6 +88,20 @@ pub struct Assignment {
     /// The instance's desired state, mirrored by the scheduler from `desired/instance/{id}`.
     #[serde(default)]
     pub state: DesiredState,
+    /// The host port the scheduler gave each declared port (`expose`), in the order the spec
+    /// declares them: the port itself for a fixed one, else a free port of the node's range.
+    /// No two instances on a node are given one host port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortBinding>,
+}
+
+/// A declared port and the host port given to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PortBinding {
+    /// The port the service declares (`expose 8080`).
+    pub port: u16,
+    /// The host port the instance gets for it on its node.
+    pub host: u16,
 }
 
 /// `observed/node/{node}`: what a node's agent reports about its node.
@@ -113,6 +127,53 @@ pub struct NodeStatus {
     pub architecture: String,
     /// Address other nodes reach it at.
     pub address: String,
+    /// The host ports the scheduler hands out to the declared ports (`expose`) of instances
+    /// placed here; 20000-29999 unless the agent says otherwise.
+    #[serde(skip_serializing_if = "PortRange::is_default")]
+    pub ports: PortRange,
+}
+
+/// A range of host ports, both ends included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PortRange {
+    /// The first port.
+    pub first: u16,
+    /// The last port (a range with `last < first` is empty).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// The range nodes offer unless told otherwise: 20000-29999, below Linux's ephemeral ports
+    /// (32768 and up), so the ports handed out never meet a client's outgoing connections.
+    pub const DEFAULT: PortRange = PortRange {
+        first: 20000,
+        last: 29999,
+    };
+
+    /// How many ports it holds.
+    pub fn len(&self) -> u32 {
+        (u32::from(self.last) + 1).saturating_sub(u32::from(self.first))
+    }
+
+    /// Whether it holds no port.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `port` is in it.
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+
+    fn is_default(&self) -> bool {
+        *self == Self::DEFAULT
+    }
+}
+
+impl Default for PortRange {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// An instance's lifecycle state, as its agent observes it.

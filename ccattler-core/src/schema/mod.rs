@@ -45,8 +45,8 @@ mod volume;
 
 pub use cluster::{
     Assignment, DesiredInstance, DesiredState, EffectiveService, Endpoint, Endpoints, Health,
-    InstanceObservation, NodeStatus, ObservedState, RebalanceMove, ScaleIntent, ServiceStatus,
-    Unschedulable,
+    InstanceObservation, NodeStatus, ObservedState, PortBinding, PortRange, RebalanceMove,
+    ScaleIntent, ServiceStatus, Unschedulable,
 };
 pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
 pub use quantity::{Cpu, Memory};
@@ -211,6 +211,7 @@ mod tests {
                 port: 8080,
                 protocol: Protocol::Http,
                 external: false,
+                fixed: false,
             }],
             resources: Resources {
                 cpu: Cpu::from_millis(500),

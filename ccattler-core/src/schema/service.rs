@@ -106,6 +106,11 @@ pub struct Expose {
     /// Whether it is reachable from outside the cluster.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub external: bool,
+    /// Whether the instance needs this very port on its host (`expose 80 static`), for clients
+    /// that cannot be told another: it is placed only on nodes where no other instance holds
+    /// that host port. Otherwise the scheduler gives it a free port of the node's range.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed: bool,
 }
 
 /// What each instance needs; the scheduler places it only where this fits.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ccattler_core::runner::{Backoff, LoopConfig};
-use ccattler_core::schema::{Cpu, Memory, NodeStatus};
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, PortRange};
 
 use super::RenewOn;
 
@@ -30,6 +30,9 @@ pub struct AgentConfig {
     pub architecture: String,
     /// Address others reach the node at. Default `127.0.0.1`.
     pub address: String,
+    /// The host ports the scheduler gives to instances placed here, for their declared ports.
+    /// Default 20000-29999. Nothing else on the node should listen in it.
+    pub ports: PortRange,
     /// Where the agent keeps the last desired state it saw (and its lease id). Required for
     /// the agent to keep workloads running when it restarts while the store is unreachable.
     pub cache_dir: PathBuf,
@@ -86,6 +89,7 @@ impl AgentConfig {
             zone: None,
             architecture: machine_architecture().to_owned(),
             address: "127.0.0.1".to_owned(),
+            ports: PortRange::DEFAULT,
             cache_dir: cache_dir.into(),
             persist_cache: true,
             lease_ttl: Duration::from_secs(10),
@@ -234,6 +238,7 @@ impl AgentConfig {
             zone: self.zone.clone(),
             architecture: self.architecture.clone(),
             address: self.address.clone(),
+            ports: self.ports,
         }
     }
 }

@@ -174,6 +174,7 @@ mod tests {
                 node: "n1".to_owned(),
                 version: "v1".to_owned(),
                 state: DesiredState::Running,
+                ports: Vec::new(),
             },
         );
         let machine = AgentLoop::new(AgentConfig::new("n1", "/nonexistent/cache"), desired);

@@ -259,6 +259,7 @@ impl Step {
             node: NODE.to_owned(),
             version: spec.version(),
             state,
+            ports: Vec::new(),
         };
         self.put(schema::keys::placement(NODE, id).expect("key"), &assignment);
     }

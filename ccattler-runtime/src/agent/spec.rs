@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use ccattler_core::schema::{RestartPolicy, ServiceSpec};
+use ccattler_core::schema::{PortBinding, RestartPolicy, ServiceSpec};
 use ccattler_core::{FileSpec, InstanceSpec, InstanceState, MountSpec};
 
 use super::cache::Desired;
@@ -74,7 +74,20 @@ pub(super) fn instance_spec(
             read_only: false,
         })
         .collect();
-    instance.ports = spec.expose.iter().map(|e| e.port).collect();
+    // The host ports the scheduler gave (a placement written before it gave any has none: the
+    // declared ports then serve as they are).
+    let given = desired.placements.get(id).map(|a| a.ports.as_slice());
+    instance.ports = match given {
+        Some(given) if given.len() == spec.expose.len() => given.to_vec(),
+        _ => spec
+            .expose
+            .iter()
+            .map(|e| PortBinding {
+                port: e.port,
+                host: e.port,
+            })
+            .collect(),
+    };
     instance.cpu = spec.resources.cpu;
     instance.memory = spec.resources.memory;
     Ok(instance)

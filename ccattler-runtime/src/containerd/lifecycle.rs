@@ -153,7 +153,7 @@ impl Inner {
             (SERVICE.to_owned(), spec.service.clone()),
             (LOG.to_owned(), log.to_string_lossy().into_owned()),
         ]);
-        if let Some(port) = spec.ports.first() {
+        if let Some(port) = spec.served_port() {
             labels.insert(PORT.to_owned(), port.to_string());
         }
         let container = Container {

@@ -41,8 +41,9 @@
 //! # Caveats
 //!
 //! - Files of the spec are written under the state directory and bind-mounted read-only; volumes
-//!   are bind mounts. An instance with ports shares the node's network (its address is
-//!   `127.0.0.1:{first port}`, and `PORT` is set); one without gets its own network namespace.
+//!   are bind mounts. An instance with ports shares the node's network and must listen on the
+//!   host ports its spec gives (`PORT`, `PORT_{declared}` are set); its address is
+//!   `127.0.0.1:{first host port}`. One without ports gets its own network namespace.
 //! - Stats are read from the container's cgroup (`/<namespace>/<id>`, cgroup v2 or v1): memory in
 //!   use without the inactive page cache, CPU averaged since the previous sample or the start.
 //!   Best effort: a missing cgroup file reads as zero.

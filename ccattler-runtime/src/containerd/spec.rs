@@ -75,8 +75,8 @@ pub(crate) fn env(spec: &InstanceSpec, image: &ImageInfo) -> Vec<String> {
     for (key, value) in &spec.env {
         set(key, value);
     }
-    if let Some(port) = spec.ports.first() {
-        set("PORT", &port.to_string());
+    for (key, value) in spec.port_env() {
+        set(&key, &value);
     }
     env
 }
@@ -198,9 +198,15 @@ mod tests {
     #[test]
     fn spec_env_overrides_image_env_and_port_is_passed() {
         let mut spec = InstanceSpec::new("web-1", "img").env("A", "spec");
-        spec.ports = vec![8080];
+        spec.ports = vec![ccattler_core::schema::PortBinding {
+            port: 8080,
+            host: 20001,
+        }];
         let env = env(&spec, &image());
-        assert_eq!(env, ["PATH=/bin", "A=spec", "PORT=8080"]);
+        assert_eq!(
+            env,
+            ["PATH=/bin", "A=spec", "PORT=20001", "PORT_8080=20001"]
+        );
     }
 
     #[test]

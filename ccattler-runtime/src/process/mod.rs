@@ -5,9 +5,12 @@
 //! A node agent makes one `ProcessRuntime` over a root directory it owns and drives it through
 //! [`Runtime`](ccattler_core::Runtime). Each instance runs its `command` (the image is ignored) in
 //! a process group of its own, in its own working directory, with `PATH` (the agent's unless the
-//! spec sets one), the spec's environment, and `PORT` when the spec asks for ports. An instance
-//! with a port is reported at `{host}:{PORT}`, `host` being [`ProcessConfig::host`] (the node's
-//! address); to be reached from other hosts it must listen on that address or on `0.0.0.0`.
+//! spec sets one), the spec's environment, and its ports: `PORT` (the first host port) and
+//! `PORT_{declared}` for each ([`InstanceSpec::port_env`](ccattler_core::InstanceSpec::port_env)).
+//! The host ports are the spec's (the node agent passes those the scheduler gave); the runtime
+//! never picks one. An instance with a port is reported at `{host}:{PORT}`, `host` being
+//! [`ProcessConfig::host`] (the node's address); to be reached from other hosts it must listen
+//! on that address or on `0.0.0.0`.
 //!
 //! # On-disk layout
 //!

@@ -55,32 +55,28 @@ impl ProcessRuntime {
     fn start(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
         let layout = &self.inner.layout;
         let mut entries = self.inner.entries.lock();
-        let (restarts, old_port) = match entries.get_mut(&spec.id) {
+        let restarts = match entries.get_mut(&spec.id) {
             Some(entry) => {
                 entry.refresh(layout);
                 if entry.running_pid().is_some() {
                     return Ok(());
                 }
-                (entry.record.restarts + 1, entry.record.port)
+                entry.record.restarts + 1
             }
-            None => (0, None),
+            None => 0,
         };
         let mut record = Record {
             id: spec.id.clone(),
             command: spec.command.clone(),
             env: BTreeMap::new(),
-            port: None,
+            port: spec.served_port(),
             pid: None,
             start_time: None,
             restarts,
             stopping: false,
             status: Status::Running,
         };
-        let result = spec_port(spec, old_port).and_then(|port| {
-            record.port = port;
-            spawn::start(layout, spec, port)
-        });
-        let started = match result {
+        let started = match spawn::start(layout, spec) {
             Ok(started) => started,
             Err(e) => {
                 record.status = Status::Failed {
@@ -119,22 +115,6 @@ impl ProcessRuntime {
         }
         entries.insert(spec.id.clone(), entry);
         Ok(())
-    }
-}
-
-/// The host port for a spec that asks for ports: the one it had before, or a free one.
-fn spec_port(spec: &InstanceSpec, old: Option<u16>) -> Result<Option<u16>, RuntimeError> {
-    if spec.ports.is_empty() {
-        return Ok(None);
-    }
-    match old {
-        Some(port) => Ok(Some(port)),
-        None => spawn::free_port()
-            .map(Some)
-            .map_err(|e| RuntimeError::StartFailed {
-                id: spec.id.clone(),
-                reason: format!("no free port: {e}"),
-            }),
     }
 }
 

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::net::TcpListener;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
@@ -59,11 +58,6 @@ pub(super) fn under_work(work: &Path, path: &str) -> Option<PathBuf> {
         }
     }
     (out != work).then_some(out)
-}
-
-/// A free host port: bind port 0 on the loopback address, read the port, let it go.
-pub(super) fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// Creates the instance's directories and writes its files and mount links.
@@ -142,15 +136,13 @@ fn link(source: &Path, target: &Path) -> io::Result<()> {
 }
 
 /// The environment of the instance: `PATH` (the agent's unless the spec sets one), the spec's
-/// variables, then `PORT` when a port was assigned.
-pub(super) fn environment(spec: &InstanceSpec, port: Option<u16>) -> BTreeMap<String, String> {
+/// variables, then its ports (`PORT`, `PORT_{declared}`: [`InstanceSpec::port_env`]).
+pub(super) fn environment(spec: &InstanceSpec) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned());
     env.insert("PATH".to_owned(), path);
     env.extend(spec.env.clone());
-    if let Some(port) = port {
-        env.insert("PORT".to_owned(), port.to_string());
-    }
+    env.extend(spec.port_env());
     env
 }
 
@@ -161,11 +153,7 @@ pub(super) fn environment(spec: &InstanceSpec, port: Option<u16>) -> BTreeMap<St
 ///
 /// [`RuntimeError::CommandNotFound`] when the program does not exist; [`RuntimeError::StartFailed`]
 /// for an empty command, a bad id or path, or a directory or file that cannot be written.
-pub(super) fn start(
-    layout: &Layout,
-    spec: &InstanceSpec,
-    port: Option<u16>,
-) -> Result<Started, RuntimeError> {
+pub(super) fn start(layout: &Layout, spec: &InstanceSpec) -> Result<Started, RuntimeError> {
     let id = &spec.id;
     check_id(id)?;
     let Some((program, args)) = spec.command.split_first() else {
@@ -180,7 +168,7 @@ pub(super) fn start(
     let log_err = log
         .try_clone()
         .map_err(|e| start_failed(id, "cannot open log", e))?;
-    let env = environment(spec, port);
+    let env = environment(spec);
     let child = Command::new(program)
         .args(args)
         .env_clear()

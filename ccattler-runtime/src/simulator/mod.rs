@@ -31,9 +31,8 @@
 //! [`Faults::fail_probes`] names it.
 //!
 //! Stats report the spec's memory limit as the memory in use (16 MiB when the spec has none) and
-//! no CPU. An instance whose spec asks for a port serves at `{host}:{port}`: the host is
-//! `127.0.0.1` unless [`SimulatorRuntime::on_host`] names another, and each instance id gets
-//! its own port, from 20000 up, kept across its restarts.
+//! no CPU. An instance whose spec has ports serves at `{host}:{port}`, its first host port: the
+//! host is `127.0.0.1` unless [`SimulatorRuntime::on_host`] names another.
 
 mod faults;
 mod table;

@@ -65,12 +65,7 @@ pub(super) struct Table {
     pub(super) failing_probes: BTreeSet<String>,
     /// The host addresses are on (`127.0.0.1` unless set).
     pub(super) host: Option<String>,
-    /// The host port given to each instance id that asked for a port.
-    pub(super) host_ports: BTreeMap<String, u16>,
 }
-
-/// The first host port the simulator gives out.
-const FIRST_HOST_PORT: u16 = 20_000;
 
 impl Table {
     fn reachable(&self) -> Result<(), RuntimeError> {
@@ -102,14 +97,10 @@ impl Table {
             .remove(&spec.id)
             .map(|old| old.output)
             .unwrap_or_default();
-        let address = if spec.ports.is_empty() {
-            None
-        } else {
-            let next = FIRST_HOST_PORT.saturating_add(self.host_ports.len() as u16);
-            let port = *self.host_ports.entry(spec.id.clone()).or_insert(next);
+        let address = spec.served_port().map(|port| {
             let host = self.host.as_deref().unwrap_or("127.0.0.1");
-            Some(crate::address::served_at(host, port))
-        };
+            crate::address::served_at(host, port)
+        });
         let mut instance = SimInstance {
             address,
             spec: spec.clone(),

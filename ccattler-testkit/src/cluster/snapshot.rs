@@ -270,6 +270,8 @@ impl Snapshot {
                     node: i.node.as_deref()?,
                     resources: spec.resources,
                     placement: &spec.placement,
+                    ports: &[],
+                    needs: ccattler_controllers::scheduler::Ports::NONE,
                 })
             })
             .collect();
@@ -290,6 +292,7 @@ impl Snapshot {
                 service: name,
                 resources: spec.resources,
                 placement: &spec.placement,
+                ports: ccattler_controllers::scheduler::Ports::NONE,
             }];
             let plan = scheduler::schedule(&ScheduleInput {
                 nodes: &nodes,

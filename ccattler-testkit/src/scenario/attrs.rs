@@ -25,6 +25,8 @@ pub(crate) enum ServiceAttr {
     MaxUnavailable(u32),
     Scale(Option<(u32, u32)>),
     Port(u16),
+    /// `static_port=P`: the instance needs host port P itself (`expose P static`).
+    StaticPort(u16),
     Env(String, String),
     Stateful(bool),
 }
@@ -100,6 +102,7 @@ pub(crate) fn parse_service_attr(word: &str) -> Result<ServiceAttr, String> {
             }
         }),
         "port" => ServiceAttr::Port(number(value)?),
+        "static_port" => ServiceAttr::StaticPort(number(value)?),
         "env" => {
             let (k, v) = label(value)?;
             ServiceAttr::Env(k, v)
@@ -188,6 +191,13 @@ pub(crate) fn apply_service(spec: &mut ServiceSpec, attr: &ServiceAttr) {
             port,
             protocol: Protocol::Http,
             external: false,
+            fixed: false,
+        }),
+        ServiceAttr::StaticPort(port) => spec.expose.push(Expose {
+            port,
+            protocol: Protocol::Http,
+            external: false,
+            fixed: true,
         }),
         ServiceAttr::Env(k, v) => {
             spec.env.insert(k, v);

@@ -26,7 +26,7 @@
 //! |---|---|
 //! | `node N ATTR...` | declares node `N` (`observed/node/N` plus its lease) or changes the attributes named: `cpu=Q memory=Q label=K:V zone=Z arch=A taint=T` |
 //! | `node N dead\|alive` | deletes / restores `lease/node/N`; the node's facts stay |
-//! | `service S ATTR...` | declares `desired/service/S`, or changes only the attributes named: `instances=N cpu=Q memory=Q image=I restart=always\|on_failure\|never readiness=http:/P\|tcp\|none require=K:V prefer=K:V accept=T zone=spread\|any\|Z arch=A max_extra=N max_unavailable=N scale=MIN..MAX\|none port=P env=K:V stateful`; a new service starts as one instance of `example/S:1` |
+//! | `service S ATTR...` | declares `desired/service/S`, or changes only the attributes named: `instances=N cpu=Q memory=Q image=I restart=always\|on_failure\|never readiness=http:/P\|tcp\|none require=K:V prefer=K:V accept=T zone=spread\|any\|Z arch=A max_extra=N max_unavailable=N scale=MIN..MAX\|none port=P static_port=P env=K:V stateful`; a new service starts as one instance of `example/S:1` |
 //! | `delete service S` | deletes the service's desired record |
 //! | `fact put KEY VALUE` | puts any fact: `VALUE` is the rest of the line, as written (a ` #` still starts a comment) |
 //! | `fact delete KEY` | deletes any fact; fails if there is none |

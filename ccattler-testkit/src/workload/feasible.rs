@@ -101,13 +101,21 @@ fn unplaced(
             ids.push((spec, format!("{}#{i}", spec.name)));
         }
     }
+    let needs: BTreeMap<&str, (Vec<u16>, u32)> = services
+        .iter()
+        .map(|spec| (spec.name.as_str(), scheduler::port_needs(spec)))
+        .collect();
     let requests: Vec<Request<'_>> = ids
         .iter()
-        .map(|(spec, id)| Request {
-            instance: id,
-            service: &spec.name,
-            resources: spec.resources,
-            placement: &spec.placement,
+        .map(|(spec, id)| {
+            let (fixed, any) = &needs[spec.name.as_str()];
+            Request {
+                instance: id,
+                service: &spec.name,
+                resources: spec.resources,
+                placement: &spec.placement,
+                ports: scheduler::Ports { fixed, any: *any },
+            }
         })
         .collect();
     let plan = scheduler::schedule(&ScheduleInput {

@@ -179,6 +179,8 @@ impl Draw<'_> {
         } else {
             Vec::new()
         };
+        // Now and then a port the instances need by number: at most one per node.
+        let static_ports = exposes && self.rng.random_bool(0.15);
         let mut probes = Vec::new();
         if self.rng.random_bool(0.6) {
             let check = match self.rng.random_range(0..3) {
@@ -279,6 +281,7 @@ impl Draw<'_> {
                 .random_bool(0.3)
                 .then(|| "serve --port 8080".to_owned()),
             expose,
+            static_ports,
             probes,
             zone,
             require,

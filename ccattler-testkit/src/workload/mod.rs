@@ -84,6 +84,8 @@ pub struct ServiceDraw {
     pub command: Option<String>,
     /// `expose PORT http|tcp`.
     pub expose: Vec<(u16, &'static str)>,
+    /// Whether the exposed ports are `static` (the instance needs the very port on its host).
+    pub static_ports: bool,
     /// `startup`, `liveness`, `readiness`: each a probe block, when given.
     pub probes: Vec<ProbeDraw>,
     /// `placement { zone spread }` or `zone Z`.

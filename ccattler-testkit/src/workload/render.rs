@@ -76,8 +76,9 @@ fn service(s: &ServiceDraw) -> String {
     if let Some(restart) = s.restart {
         line(format!("restart {restart}"));
     }
+    let fixed = if s.static_ports { " static" } else { "" };
     for (port, protocol) in &s.expose {
-        line(format!("expose {port} {protocol}"));
+        line(format!("expose {port} {protocol}{fixed}"));
     }
     line(format!(
         "resources {{\n        cpu {}m\n        memory {}Mi\n    }}",

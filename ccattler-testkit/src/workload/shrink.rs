@@ -92,6 +92,7 @@ fn features_off(service: &ServiceDraw) -> Vec<ServiceDraw> {
     with(&|s| s.secrets.clear());
     with(&|s| s.env.clear());
     with(&|s| s.file = false);
+    with(&|s| s.static_ports = false);
     with(&|s| s.expose.clear());
     with(&|s| s.restart = None);
     with(&|s| s.command = None);

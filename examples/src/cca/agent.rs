@@ -40,7 +40,9 @@ use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::client::{ApiClient, ClientArgs, DEFAULT_SERVER, SERVER_ENV};
-use super::flags::{parse_cpu, parse_label, parse_memory, parse_time, parse_zone};
+use super::flags::{
+    parse_cpu, parse_label, parse_memory, parse_port_range, parse_time, parse_zone,
+};
 use super::server::write_secret;
 use super::{CliError, EXIT_FAILURE};
 
@@ -142,6 +144,10 @@ pub struct AgentArgs {
     /// loopback).
     #[arg(long, value_name = "ADDR")]
     pub address: Option<String>,
+    /// The host ports the scheduler gives to this node's instances for their declared ports
+    /// (`expose`); nothing else on the host should listen in this range.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "20000-29999", value_parser = parse_port_range)]
+    pub ports: ccattler_core::schema::PortRange,
     /// How long the node stays alive without reaching the server; past it, its instances are
     /// replaced elsewhere.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time)]
@@ -198,6 +204,7 @@ impl AgentArgs {
         if let Some(address) = &self.address {
             config.address.clone_from(address);
         }
+        config.ports = self.ports;
         config
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ccattler_core::schema::{self, Cpu, Memory};
+use ccattler_core::schema::{self, Cpu, Memory, PortRange};
 
 /// CPU: cores (`2`, `0.5`) or millicores (`500m`).
 ///
@@ -61,9 +61,40 @@ pub fn parse_label(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A range of host ports, `FIRST-LAST` (`20000-29999`), both from 1 to 65535.
+///
+/// # Errors
+///
+/// What is wrong with `text`, in words.
+pub fn parse_port_range(text: &str) -> Result<PortRange, String> {
+    let wrong =
+        || format!("expected FIRST-LAST with ports from 1 to 65535 (20000-29999), got {text:?}");
+    let (first, last) = text.split_once('-').ok_or_else(wrong)?;
+    let port = |p: &str| p.trim().parse::<u16>().ok().filter(|p| *p >= 1);
+    match (port(first), port(last)) {
+        (Some(first), Some(last)) if first <= last => Ok(PortRange { first, last }),
+        (Some(_), Some(_)) => Err(format!("the range {text:?} ends before it starts")),
+        _ => Err(wrong()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_range_is_two_ports_in_order() {
+        assert_eq!(
+            parse_port_range("20000-20009"),
+            Ok(PortRange {
+                first: 20000,
+                last: 20009
+            })
+        );
+        for bad in ["20000", "0-10", "10-70000", "30-20", "a-b"] {
+            assert!(parse_port_range(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn bad_values_say_what_is_accepted() {

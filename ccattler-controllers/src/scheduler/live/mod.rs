@@ -43,10 +43,11 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources};
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, PortRange, Resources};
 
 use super::Node;
 use super::index::{FastMap, Frac, Usage};
+use super::ports::HostPorts;
 
 /// What the hard filters and `prefer` of a placement look at, apart from liveness and resources:
 /// of the labels, only those whose key some placement names.
@@ -88,6 +89,7 @@ impl Attrs {
             zone: self.zone.as_deref(),
             architecture: &self.architecture,
             alive: true,
+            ports: PortRange::default(),
         }
     }
 }
@@ -172,6 +174,11 @@ pub(crate) struct LiveIndex {
     zones: FastMap<Option<String>, u32>,
     /// Placed instances: id to (service, node).
     instances: FastMap<String, (String, String)>,
+    /// Each known node's host ports (kept for nodes that left, so a node reporting again finds
+    /// what its instances hold).
+    ports: FastMap<String, HostPorts>,
+    /// The host ports each instance holds, and on which node.
+    held: FastMap<String, (String, Vec<u16>)>,
     /// Per service, per node, how many of its instances are placed there (never zero).
     counts: FastMap<String, FastMap<String, u32>>,
     /// Runs longer than this are placed from heaps (`None`: the default of `place.rs`); tests
@@ -202,6 +209,10 @@ impl LiveIndex {
             _ => self.class_for(Attrs::of(status, &self.keys)),
         };
         self.statuses.insert(name.to_owned(), status.clone());
+        self.ports
+            .entry(name.to_owned())
+            .or_default()
+            .set_range(status.ports);
         let load = Load::new(
             status.cpu.millis(),
             status.memory.bytes(),
@@ -242,6 +253,32 @@ impl LiveIndex {
                 .insert(id.to_owned(), (service.to_owned(), node.to_owned()));
         }
         before
+    }
+
+    /// Sets the host ports instance `id` holds: on `node`, by number (`None`, or no port: it
+    /// holds none).
+    pub(crate) fn hold_ports(&mut self, id: &str, now: Option<(&str, &[u16])>) {
+        let now = now.filter(|(_, ports)| !ports.is_empty());
+        if let Some((node, ports)) = &self.held.get(id)
+            && now == Some((node.as_str(), ports.as_slice()))
+        {
+            return;
+        }
+        if let Some((node, ports)) = self.held.remove(id)
+            && let Some(table) = self.ports.get_mut(&node)
+        {
+            table.release(&ports);
+        }
+        if let Some((node, ports)) = now {
+            self.ports.entry(node.to_owned()).or_default().hold(ports);
+            self.held
+                .insert(id.to_owned(), (node.to_owned(), ports.to_vec()));
+        }
+    }
+
+    /// Whether `node`'s host ports can take `ports` (never for a node that never reported).
+    fn ports_fit(&self, node: &str, ports: super::Ports<'_>) -> bool {
+        self.ports.get(node).is_some_and(|p| p.fits(ports))
     }
 
     /// The nodes holding at least one instance of `service`, in no particular order.

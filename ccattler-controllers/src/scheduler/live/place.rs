@@ -30,7 +30,8 @@ use ccattler_core::schema::{Cpu, Memory, Placement, Resources, ZonePolicy};
 
 use super::super::index::{Frac, eligible, preferred};
 use super::super::place::{order, same_run};
-use super::super::{Node, Request, Unsatisfied};
+use super::super::ports::HostPorts;
+use super::super::{Node, Ports, Request, Unsatisfied};
 use super::{LiveIndex, Load};
 
 /// A candidate's rank: smaller is better (see the module docs).
@@ -49,6 +50,8 @@ type Ranked = Reverse<(u32, Reverse<u32>, Frac, String)>;
 struct Undo {
     loads: Vec<(String, Load)>,
     counts: Vec<(String, String)>,
+    /// Host ports taken: node, fixed ports, ports of the range.
+    ports: Vec<(String, Vec<u16>, u32)>,
 }
 
 /// The eligible classes of one placement.
@@ -82,6 +85,11 @@ impl LiveIndex {
         for (service, node) in undo.counts.iter().rev() {
             self.uncount(service, node);
         }
+        for (node, fixed, any) in undo.ports.iter().rev() {
+            if let Some(table) = self.ports.get_mut(node) {
+                table.untake(Ports { fixed, any: *any });
+            }
+        }
         for (node, load) in undo.loads.into_iter().rev() {
             self.reload(&node, load);
         }
@@ -104,6 +112,7 @@ impl LiveIndex {
             for run in service.chunk_by(|a, b| same_run(a, b)) {
                 let placement = run[0].placement;
                 let need = run[0].resources;
+                let ports = run[0].ports;
                 let spread = matches!(placement.zone, Some(ZonePolicy::Spread));
                 let eligible = self.eligible(placement);
                 if run.len() > self.long_run.unwrap_or(LONG_RUN) {
@@ -113,16 +122,16 @@ impl LiveIndex {
                 }
                 for (i, request) in run.iter().enumerate() {
                     let zc = if spread { &zone_counts[..] } else { &[] };
-                    let Some(node) = self.best(name, need, &eligible, zc) else {
+                    let Some(node) = self.best(name, (need, ports), &eligible, zc) else {
                         // Nothing changes until the run ends: the rest fit nowhere either.
-                        let why = self.diagnose(placement, need);
+                        let why = self.diagnose(placement, need, ports);
                         for request in &run[i..] {
                             out.unsatisfied.insert(request.instance, why.clone());
                         }
                         break;
                     };
                     let node = node.to_owned();
-                    self.take(&node, name, need, undo, &mut zone_counts);
+                    self.take(&node, name, (need, ports), undo, &mut zone_counts);
                     out.placements.insert(request.instance, node);
                 }
             }
@@ -143,7 +152,7 @@ impl LiveIndex {
         undo: &mut Undo,
         out: &mut Placed<'a>,
     ) {
-        let (placement, need) = (run[0].placement, run[0].resources);
+        let (placement, need, ports) = (run[0].placement, run[0].resources, run[0].ports);
         let counts = self.counts.get(service);
         let mut heaps: BTreeMap<u32, BinaryHeap<Ranked>> = BTreeMap::new();
         for &(class, matched) in &eligible.classes {
@@ -155,7 +164,7 @@ impl LiveIndex {
                     continue;
                 }
                 let util = usage.util_after(need);
-                for node in names {
+                for node in names.iter().filter(|n| self.ports_fit(n, ports)) {
                     let held = counts.and_then(|c| c.get(node)).copied().unwrap_or(0);
                     heap.push(Reverse((held, Reverse(matched), util, node.clone())));
                 }
@@ -179,18 +188,18 @@ impl LiveIndex {
                 .and_then(|zone| heaps.get_mut(&zone))
                 .and_then(BinaryHeap::pop)
             else {
-                let why = self.diagnose(placement, need);
+                let why = self.diagnose(placement, need, ports);
                 for request in &run[i..] {
                     out.unsatisfied.insert(request.instance, why.clone());
                 }
                 return;
             };
-            self.take(&node, service, need, undo, zone_counts);
+            self.take(&node, service, (need, ports), undo, zone_counts);
             let Some(live) = self.nodes.get(&node).copied() else {
                 continue;
             };
             let usage = live.load.usage();
-            if usage.fits(need) {
+            if usage.fits(need) && self.ports_fit(&node, ports) {
                 let zone = if spread {
                     self.classes[live.class].zone
                 } else {
@@ -204,10 +213,17 @@ impl LiveIndex {
     }
 
     /// Why a request fits nowhere, every node counted: the one pass over all nodes.
-    fn diagnose(&self, placement: &Placement, need: Resources) -> String {
+    fn diagnose(&self, placement: &Placement, need: Resources, ports: Ports<'_>) -> String {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         let mut usage = Vec::with_capacity(self.nodes.len());
+        let mut host_ports = Vec::with_capacity(self.nodes.len());
         for (name, n) in &self.nodes {
+            host_ports.push(
+                self.ports
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(HostPorts::none),
+            );
             let attrs = &self.classes[n.class].attrs;
             nodes.push(Node {
                 name,
@@ -218,7 +234,8 @@ impl LiveIndex {
             });
             usage.push(n.load.usage());
         }
-        Unsatisfied::diagnose(&nodes, &usage, placement, need).to_string()
+        let tables = (&usage[..], &host_ports[..]);
+        Unsatisfied::diagnose(&nodes, tables, placement, (need, ports)).to_string()
     }
 
     /// How many instances of `service` each zone holds (on known nodes, alive or not).
@@ -252,7 +269,7 @@ impl LiveIndex {
     fn best(
         &self,
         service: &str,
-        need: Resources,
+        (need, ports): (Resources, Ports<'_>),
         eligible: &Eligible,
         zc: &[u32],
     ) -> Option<&str> {
@@ -262,7 +279,7 @@ impl LiveIndex {
         let mut best: Option<Rank<'_>> = None;
         let mut zones_without = false;
         if zc.is_empty() {
-            best = self.best_without(&eligible.classes, 0, need, &holds);
+            best = self.best_without(&eligible.classes, 0, (need, ports), &holds);
             zones_without = best.is_none();
         } else {
             let mut zones: Vec<u32> = eligible
@@ -280,7 +297,7 @@ impl LiveIndex {
                     .filter(|&(c, _)| self.classes[c].zone == zone)
                     .collect();
                 let count = zc.get(zone as usize).copied().unwrap_or(0);
-                match self.best_without(&classes, count, need, &holds) {
+                match self.best_without(&classes, count, (need, ports), &holds) {
                     Some(rank) => keep_min(&mut best, rank),
                     None => zones_without = true,
                 }
@@ -296,7 +313,7 @@ impl LiveIndex {
                     continue;
                 };
                 let usage = n.load.usage();
-                if !usage.fits(need) {
+                if !usage.fits(need) || !self.ports_fit(node, ports) {
                     continue;
                 }
                 let zone = zone_count(n.class).unwrap_or(0);
@@ -319,7 +336,7 @@ impl LiveIndex {
         &'s self,
         classes: &[(usize, u32)],
         zone: u32,
-        need: Resources,
+        (need, ports): (Resources, Ports<'_>),
         holds: &dyn Fn(&str) -> u32,
     ) -> Option<Rank<'s>> {
         let mut best: Option<(u32, Frac, &'s str)> = None;
@@ -339,7 +356,8 @@ impl LiveIndex {
                 if best.is_some_and(|b| util > b.1) {
                     continue;
                 }
-                let Some(name) = names.iter().find(|n| holds(n) == 0) else {
+                let free = |n: &&String| holds(n) == 0 && self.ports_fit(n, ports);
+                let Some(name) = names.iter().find(free) else {
                     continue;
                 };
                 let better = best.is_none_or(|b| (util, name.as_str()) < (b.1, b.2));
@@ -356,7 +374,7 @@ impl LiveIndex {
         &mut self,
         node: &str,
         service: &str,
-        need: Resources,
+        (need, ports): (Resources, Ports<'_>),
         undo: &mut Undo,
         zone_counts: &mut [u32],
     ) {
@@ -379,6 +397,11 @@ impl LiveIndex {
             .entry(node.to_owned())
             .or_default() += 1;
         undo.counts.push((service.to_owned(), node.to_owned()));
+        if let Some(table) = self.ports.get_mut(node) {
+            table.take(ports);
+            undo.ports
+                .push((node.to_owned(), ports.fixed.to_vec(), ports.any));
+        }
         if let Some(zc) = zone_counts.get_mut(self.classes[n.class].zone as usize) {
             *zc += 1;
         }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, Resources, ZonePolicy};
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, PortRange, Resources, ZonePolicy};
 use proptest::prelude::*;
 
 use super::super::fixture::{Fixture, Inst, Result, res};
@@ -26,10 +26,10 @@ fn labels(mask: u8) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn status(
-    i: usize,
-    (cpu, mem, label, taint, zone, arm): (u64, u64, u8, u8, usize, bool),
-) -> NodeStatus {
+/// The host ports drawn: a small pool, so that ports collide and ranges run out.
+const PORTS: [u16; 4] = [80, 100, 101, 102];
+
+fn status(i: usize, (cpu, mem, label, taint, zone, arm, range): NodeDraw) -> NodeStatus {
     NodeStatus {
         name: format!("n{i}"),
         cpu: Cpu::from_millis(cpu * 500),
@@ -42,11 +42,16 @@ fn status(
         taints: pick(&TAINTS, taint).into_iter().map(String::from).collect(),
         zone: ZONES.get(zone).map(|z| z.to_string()),
         architecture: if arm { "arm64" } else { "amd64" }.into(),
+        // 100 to 99 (empty) up to 100 to 103.
+        ports: PortRange {
+            first: 100,
+            last: 99 + range,
+        },
         ..NodeStatus::default()
     }
 }
 
-type NodeDraw = (u64, u64, u8, u8, usize, bool);
+type NodeDraw = (u64, u64, u8, u8, usize, bool, u16);
 
 fn node() -> impl Strategy<Value = NodeDraw> {
     (
@@ -56,7 +61,13 @@ fn node() -> impl Strategy<Value = NodeDraw> {
         0u8..2,
         0usize..4,
         prop::bool::weighted(0.2),
+        0u16..=4,
     )
+}
+
+/// A service's host ports: some of the pool by number, and 0 to 2 of the range.
+fn ports() -> impl Strategy<Value = (Vec<u16>, u32)> {
+    (0u8..16, 0u32..3).prop_map(|(mask, any)| (pick(&PORTS, mask & 0b1001), any))
 }
 
 fn placement() -> impl Strategy<Value = Placement> {
@@ -83,8 +94,8 @@ fn placement() -> impl Strategy<Value = Placement> {
 enum Step {
     /// Node `i` (modulo the nodes) becomes this.
     Node(usize, NodeDraw, bool),
-    /// A new instance of service `s` on node `i`.
-    Add(usize, usize, u64, u64),
+    /// A new instance of service `s` on node `i`, holding these host ports.
+    Add(usize, usize, u64, u64, u8),
     /// Existing instance `i` (modulo) goes away.
     Remove(usize),
 }
@@ -92,7 +103,8 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (0usize..16, node(), any::<bool>()).prop_map(|(i, d, a)| Step::Node(i, d, a)),
-        (0usize..3, 0usize..16, 0u64..4, 0u64..3).prop_map(|(s, i, c, m)| Step::Add(s, i, c, m)),
+        (0usize..3, 0usize..16, 0u64..4, 0u64..3, 0u8..16)
+            .prop_map(|(s, i, c, m, p)| Step::Add(s, i, c, m, p)),
         (0usize..16).prop_map(Step::Remove),
     ]
 }
@@ -124,6 +136,7 @@ fn build(f: &Fixture) -> LiveIndex {
     }
     for e in &f.existing {
         index.set_instance(&e.instance, Some((&e.service, &e.node)));
+        index.hold_ports(&e.instance, Some((&e.node, &e.held)));
     }
     index
 }
@@ -163,6 +176,7 @@ proptest! {
     fn patched_index_places_like_the_pure_function(
         nodes in prop::collection::vec(node(), 1..10),
         services in prop::collection::vec(placement(), 3),
+        service_ports in prop::collection::vec(ports(), 3),
         requests in prop::collection::vec((0usize..3, 0u64..4, 0u64..3), 1..12),
         steps in prop::collection::vec(step(), 0..12),
     ) {
@@ -177,6 +191,9 @@ proptest! {
                 node: String::new(),
                 resources: need(cpu, mem),
                 placement: services[s].clone(),
+                fixed: service_ports[s].0.clone(),
+                any: service_ports[s].1,
+                held: Vec::new(),
             });
         }
         let mut index = build(&f);
@@ -194,7 +211,7 @@ proptest! {
                     }
                     touched.push(f.nodes[i].0.name.clone());
                 }
-                Step::Add(s, i, cpu, mem) => {
+                Step::Add(s, i, cpu, mem, held) => {
                     let node = format!("n{}", i % (f.nodes.len() + 1));
                     let e = Inst {
                         instance: format!("e{k:02}"),
@@ -202,14 +219,19 @@ proptest! {
                         node: node.clone(),
                         resources: need(cpu, mem),
                         placement: services[s].clone(),
+                        fixed: service_ports[s].0.clone(),
+                        any: service_ports[s].1,
+                        held: pick(&PORTS, held),
                     };
                     index.set_instance(&e.instance, Some((&e.service, &e.node)));
+                    index.hold_ports(&e.instance, Some((&e.node, &e.held)));
                     f.existing.push(e);
                     touched.push(node);
                 }
                 Step::Remove(i) if !f.existing.is_empty() => {
                     let e = f.existing.remove(i % f.existing.len());
                     prop_assert!(index.set_instance(&e.instance, None).is_some());
+                    index.hold_ports(&e.instance, None);
                     touched.push(e.node);
                 }
                 Step::Remove(_) => {}
