@@ -276,9 +276,10 @@ impl LiveIndex {
         }
     }
 
-    /// Whether `node`'s host ports can take `ports` (never for a node that never reported).
+    /// Whether `node`'s host ports can take `ports` (a node that never reported takes none).
     fn ports_fit(&self, node: &str, ports: super::Ports<'_>) -> bool {
-        self.ports.get(node).is_some_and(|p| p.fits(ports))
+        // Most requests need no port: no lookup per candidate node for them.
+        ports == super::Ports::NONE || self.ports.get(node).is_some_and(|p| p.fits(ports))
     }
 
     /// The nodes holding at least one instance of `service`, in no particular order.
