@@ -18,6 +18,7 @@
 //! | [`simulator`] | [`simulator::SimulatorRuntime`]: in memory, deterministic, faults injected through [`simulator::Faults`] |
 //! | [`process`] | [`process::ProcessRuntime`]: real Linux processes with state on disk, adopted after an agent restart |
 //! | `containerd` (feature `containerd`) | `containerd::ContainerdRuntime`: containers through containerd's gRPC API, OCI tarball import, a busybox test image |
+//! | [`firewall`] | [`firewall::FirewallKeeper`]: applies the node's network rules as one nftables table and reports them |
 //! | `dns` (feature `dns`) | `dns::DnsServer`: answers `web.service.cca` (A, AAAA, SRV) with service `web`'s ready endpoints, followed from the store |
 //!
 //! ## Feature flags
@@ -35,6 +36,7 @@ pub mod agent;
 pub mod containerd;
 #[cfg(feature = "dns")]
 pub mod dns;
+pub mod firewall;
 mod mounts;
 pub mod process;
 pub mod simulator;

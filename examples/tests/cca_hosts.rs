@@ -10,7 +10,6 @@
 mod hosts;
 mod processes;
 
-use std::process::Command;
 use std::time::Duration;
 
 use hosts::Hosts;
@@ -20,54 +19,6 @@ use processes::{
 };
 
 const CCA: &str = env!("CARGO_BIN_EXE_cca");
-
-/// What `command` printed on stdout.
-fn stdout(mut command: Command) -> String {
-    let out = command.output().expect("the command runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// The SRV answers of `web.service.cca` as host `from` gets them: (port, target).
-fn srv(hosts: &Hosts, from: usize, server: &str) -> Vec<(String, String)> {
-    let mut dig = hosts.command(from, "dig");
-    dig.args([
-        &format!("@{server}"),
-        "web.service.cca",
-        "SRV",
-        "+short",
-        "+tries=1",
-    ]);
-    stdout(dig)
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            Some((fields.get(2)?.to_string(), fields.get(3)?.to_string()))
-        })
-        .collect()
-}
-
-/// The address `name` resolves to, as host `from` asks.
-fn address(hosts: &Hosts, from: usize, server: &str, name: &str) -> String {
-    let mut dig = hosts.command(from, "dig");
-    dig.args([&format!("@{server}"), name, "A", "+short", "+tries=1"]);
-    stdout(dig)
-}
-
-/// The HTTP status host `from` gets from `http://{target}/` ("000": no connection).
-fn http(hosts: &Hosts, from: usize, target: &str) -> String {
-    let mut curl = hosts.command(from, "curl");
-    curl.args([
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "3",
-    ])
-    .arg(format!("http://{target}/"));
-    stdout(curl)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_are_reached_across_hosts_and_outlive_a_cut() {
@@ -132,10 +83,10 @@ async fn instances_are_reached_across_hosts_and_outlive_a_cut() {
         "web ready on both hosts",
         Duration::from_secs(30),
         async || {
-            let answers = srv(&hosts, 2, &server);
+            let answers = hosts.srv(2, &server, "web.service.cca");
             let mut endpoints: Vec<(String, String)> = answers
                 .iter()
-                .map(|(port, target)| (address(&hosts, 2, &server, target), port.clone()))
+                .map(|(port, target)| (hosts.resolve(2, &server, target), port.clone()))
                 .collect();
             endpoints.sort();
             let on = |i: usize| hosts.hosts[i].address.to_string();
@@ -149,30 +100,26 @@ async fn instances_are_reached_across_hosts_and_outlive_a_cut() {
     // Host 2 reaches the instance on host 1 at its endpoint, and the other way round.
     let on_1 = format!("{}:{}", endpoints[0].0, endpoints[0].1);
     let on_2 = format!("{}:{}", endpoints[1].0, endpoints[1].1);
-    assert_ne!(http(&hosts, 2, &on_1), "000", "host 2 cannot reach {on_1}");
-    assert_ne!(http(&hosts, 1, &on_2), "000", "host 1 cannot reach {on_2}");
+    assert_ne!(hosts.http(2, &on_1), "000", "host 2 cannot reach {on_1}");
+    assert_ne!(hosts.http(1, &on_2), "000", "host 1 cannot reach {on_2}");
 
     // Host 1 cut off: nobody reaches it, yet its instance runs on (its agent stops nothing
     // while the server is out of reach), and the cluster replaces it on host 2.
     hosts.cut(1);
-    assert_eq!(http(&hosts, 2, &on_1), "000", "host 1 is still reachable");
+    assert_eq!(hosts.http(2, &on_1), "000", "host 1 is still reachable");
     wait_for(
         "web replaced on host 2",
         Duration::from_secs(30),
         async || {
-            let answers = srv(&hosts, 2, &server);
+            let answers = hosts.srv(2, &server, "web.service.cca");
             let host_2 = hosts.hosts[2].address.to_string();
             let all_on_2 = answers.len() == 2
                 && answers
                     .iter()
-                    .all(|(_, target)| address(&hosts, 2, &server, target) == host_2);
+                    .all(|(_, target)| hosts.resolve(2, &server, target) == host_2);
             all_on_2.then_some(())
         },
     )
     .await;
-    assert_ne!(
-        http(&hosts, 1, &on_1),
-        "000",
-        "the cut-off instance stopped"
-    );
+    assert_ne!(hosts.http(1, &on_1), "000", "the cut-off instance stopped");
 }

@@ -13,6 +13,7 @@
 //! | [`InstanceController`] | effective, services, placements, observations, node leases, rebalance moves | `desired/instance/` |
 //! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/`, `status/rebalance/` |
 //! | [`EndpointController`] | services, instances, placements, observations, node leases | `endpoint/service/` |
+//! | [`NetworkController`] | network policy, placements, nodes | `network/node/` |
 //! | [`StatusController`] | services, effective, instances, placements, observations, node leases | `status/service/` |
 //!
 //! [`all`] returns one of each, ready to register with a runner.
@@ -30,6 +31,8 @@ mod events;
 mod host_ports;
 mod instances;
 mod intent;
+mod network;
+mod network_rules;
 mod placement;
 mod schedule_cache;
 mod spread;
@@ -41,6 +44,8 @@ pub use cluster::{Cluster, Instance, Standing, Usage};
 pub use endpoints::EndpointController;
 pub use instances::InstanceController;
 pub use intent::IntentResolver;
+pub use network::NetworkController;
+pub use network_rules::NetworkInputs;
 pub use placement::SchedulerController;
 pub use status::StatusController;
 
@@ -55,6 +60,7 @@ pub fn all() -> Vec<Arc<dyn Controller>> {
         Arc::new(InstanceController::new()),
         Arc::new(SchedulerController::new()),
         Arc::new(EndpointController::new()),
+        Arc::new(NetworkController::new()),
         Arc::new(StatusController::new()),
     ]
 }

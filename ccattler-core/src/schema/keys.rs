@@ -66,6 +66,14 @@ pub fn node(node: &str) -> Result<Key, KeyError> {
 pub fn observed_instance(node: &str, id: &str) -> Result<Key, KeyError> {
     Key::join(OBSERVED_INSTANCES, [segment(node)?, segment(id)?])
 }
+/// `network/node/{node}`.
+pub fn node_rules(node: &str) -> Result<Key, KeyError> {
+    Key::join(NODE_RULES, [segment(node)?])
+}
+/// `observed/network/{node}`.
+pub fn network_report(node: &str) -> Result<Key, KeyError> {
+    Key::join(NETWORK_REPORTS, [segment(node)?])
+}
 /// `endpoint/service/{svc}`.
 pub fn endpoints(service: &str) -> Result<Key, KeyError> {
     Key::join(SERVICE_ENDPOINTS, [service])
@@ -155,6 +163,10 @@ pub enum RecordKey<'k> {
         /// The instance id.
         instance: &'k str,
     },
+    /// `network/node/{node}`.
+    NodeRules(&'k str),
+    /// `observed/network/{node}`.
+    NetworkReport(&'k str),
     /// `endpoint/service/{svc}`.
     Endpoints(&'k str),
     /// `status/service/{svc}`.
@@ -218,6 +230,10 @@ impl<'k> RecordKey<'k> {
         } else if key.starts_with(OBSERVED_INSTANCES) {
             let (node, instance) = two(OBSERVED_INSTANCES)?;
             RecordKey::ObservedInstance { node, instance }
+        } else if key.starts_with(NODE_RULES) {
+            RecordKey::NodeRules(one(NODE_RULES)?)
+        } else if key.starts_with(NETWORK_REPORTS) {
+            RecordKey::NetworkReport(one(NETWORK_REPORTS)?)
         } else if let Some(n) = name(SERVICE_ENDPOINTS) {
             RecordKey::Endpoints(n)
         } else if let Some(n) = name(SERVICE_STATUSES) {
@@ -264,6 +280,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::NodeLease(n) => node_lease(n),
             RecordKey::Node(n) => super::keys::node(n),
             RecordKey::ObservedInstance { node, instance } => observed_instance(node, instance),
+            RecordKey::NodeRules(n) => node_rules(n),
+            RecordKey::NetworkReport(n) => network_report(n),
             RecordKey::Endpoints(n) => endpoints(n),
             RecordKey::ServiceStatus(n) => service_status(n),
             RecordKey::Unschedulable(id) => unschedulable(id),
@@ -302,7 +320,10 @@ impl<'k> RecordKey<'k> {
     /// The node the key names, if it names one.
     pub fn node(&self) -> Option<&'k str> {
         match *self {
-            RecordKey::NodeLease(n) | RecordKey::Node(n) => Some(n),
+            RecordKey::NodeLease(n)
+            | RecordKey::Node(n)
+            | RecordKey::NodeRules(n)
+            | RecordKey::NetworkReport(n) => Some(n),
             RecordKey::Placement { node, .. } | RecordKey::ObservedInstance { node, .. } => {
                 Some(node)
             }
@@ -337,7 +358,8 @@ fn placement_prefix(node: &str) -> Result<Key, KeyError> {
 }
 
 /// Whether the agent of `node` may write `key`: exactly its liveness key
-/// (`lease/node/{node}`), its status (`observed/node/{node}`), its reports
+/// (`lease/node/{node}`), its status (`observed/node/{node}`), its firewall's report
+/// (`observed/network/{node}`), its reports
 /// (`observed/instance/{node}/{id}`, one segment per id, not `.` or `..`) and its own events
 /// (`event/{object}/node.{node}/{slot}`); nothing of any other node, however the names overlap
 /// (`n1` never writes for `n10`).
@@ -347,7 +369,9 @@ pub fn node_may_write(node: &str, key: &str) -> bool {
         return false;
     }
     match RecordKey::parse_str(key) {
-        Some(RecordKey::NodeLease(n) | RecordKey::Node(n)) => n == node && id_ok(n),
+        Some(RecordKey::NodeLease(n) | RecordKey::Node(n) | RecordKey::NetworkReport(n)) => {
+            n == node && id_ok(n)
+        }
         Some(RecordKey::ObservedInstance { node: n, instance }) => {
             n == node && id_ok(n) && id_ok(instance)
         }
@@ -380,6 +404,8 @@ mod tests {
                 node: "n1",
                 instance: "web-1",
             },
+            RecordKey::NodeRules("n1"),
+            RecordKey::NetworkReport("n1"),
             RecordKey::Endpoints("team/web"),
             RecordKey::ServiceStatus("web"),
             RecordKey::Unschedulable("web-1"),
@@ -422,7 +448,10 @@ mod tests {
         assert!(node_may_write("n1", "lease/node/n1"));
         assert!(node_may_write("n1", "observed/node/n1"));
         assert!(node_may_write("n1", "observed/instance/n1/web-1"));
+        assert!(node_may_write("n1", "observed/network/n1"));
         for key in [
+            "observed/network/n10",
+            "network/node/n1",
             "lease/node/n10",
             "observed/node/n1x",
             "observed/instance/n10/web-1",

@@ -20,6 +20,8 @@
 //! | `observed/node/{node}` | [`NodeStatus`] | that node's agent |
 //! | `observed/instance/{node}/{id}` | [`InstanceObservation`] | that node's agent |
 //! | `endpoint/service/{svc}` | [`Endpoints`] | endpoint controller |
+//! | `network/node/{node}` | [`NodeRules`] | network controller |
+//! | `observed/network/{node}` | [`NetworkReport`] | that node's agent (its firewall) |
 //! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
 //! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
 //! | `status/placed/{id}` | the node the instance is placed on (a JSON string), beside its placement: one key guards where an instance goes, so a scheduler that missed a placement cannot add a second | scheduler |
@@ -39,6 +41,7 @@
 
 mod cluster;
 mod duration;
+mod network;
 mod quantity;
 mod service;
 mod volume;
@@ -49,13 +52,14 @@ pub use cluster::{
     ScaleIntent, ServiceStatus, Unschedulable,
 };
 pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
+pub use network::{NetworkPolicy, NetworkReport, NetworkRule, NodeRules, PortGuard, RuleAction};
 pub use quantity::{Cpu, Memory};
 pub use service::{
     ConfigFile, Expose, HorizontalScale, InitStep, Placement, Probe, ProbeCheck, Protocol,
     Resources, RestartPolicy, ScaleTarget, SecretRef, ServiceSpec, UpdatePolicy, VolumeMount,
     ZonePolicy,
 };
-pub use volume::{NetworkPolicy, NetworkRule, RuleAction, VolumeSpec};
+pub use volume::VolumeSpec;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -86,6 +90,10 @@ pub const NODE_LEASES: &str = "lease/node/";
 pub const OBSERVED_NODES: &str = "observed/node/";
 /// Prefix of [`InstanceObservation`]s (`observed/instance/{node}/{id}`).
 pub const OBSERVED_INSTANCES: &str = "observed/instance/";
+/// Prefix of the [`NodeRules`] of each node (`network/node/{node}`).
+pub const NODE_RULES: &str = "network/node/";
+/// Prefix of the [`NetworkReport`] of each node (`observed/network/{node}`).
+pub const NETWORK_REPORTS: &str = "observed/network/";
 /// Prefix of [`Endpoints`].
 pub const SERVICE_ENDPOINTS: &str = "endpoint/service/";
 /// Prefix of [`ServiceStatus`]es.

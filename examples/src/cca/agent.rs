@@ -21,9 +21,12 @@
 //!    under `{state-dir}/runtime`, `containerd`, or `sim`) and reports what runs.
 //! 4. Meanwhile the agent serves its node's state (`GET /node`) and its metrics (`GET /metrics`)
 //!    on `--local-addr` (see [`super::local`]), whether or not the server is reachable.
-//! 5. Ctrl-C or SIGTERM stops the agent. Workloads keep running: a restarted agent (same
-//!    `--state-dir`) adopts them again, and an agent that stays away past its lease has its
-//!    instances replaced elsewhere by the controllers.
+//! 5. Beside it, a `FirewallKeeper` applies the node's network rules (`network/node/{node}`,
+//!    from the cluster's `network` policy) as one nftables table and reports them in
+//!    `observed/network/{node}` (`--firewall off`: not at all).
+//! 6. Ctrl-C or SIGTERM stops the agent. Workloads and their network rules stay: a restarted
+//!    agent (same `--state-dir`) adopts them again, and an agent that stays away past its lease
+//!    has its instances replaced elsewhere by the controllers.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +36,7 @@ use std::time::Duration;
 use ccattler_core::schema::{Cpu, Memory};
 use ccattler_core::{FactStore, Runtime, StoreError};
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
+use ccattler_runtime::firewall::{FirewallKeeper, Nftables};
 use ccattler_runtime::process::{ProcessConfig, ProcessRuntime};
 use ccattler_runtime::simulator::SimulatorRuntime;
 use ccattler_store::http::{HttpStore, resolve_endpoints};
@@ -56,6 +60,16 @@ pub enum AgentRuntime {
     Containerd,
     /// Nothing runs; instances are simulated in memory.
     Sim,
+}
+
+/// How `cca agent` enforces its node's network rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentFirewall {
+    /// One nftables table of the node's own, replaced atomically with `nft -f`.
+    #[default]
+    Nft,
+    /// Nothing is enforced (and nothing is reported in `observed/network/`).
+    Off,
 }
 
 /// Arguments of `cca agent`.
@@ -165,6 +179,11 @@ pub struct AgentArgs {
     /// keep it on loopback).
     #[arg(long, value_name = "ADDR")]
     pub local_addr: Option<std::net::SocketAddr>,
+    /// How the node's network rules (from the cluster's `network` policy) are enforced: `nft`
+    /// applies them as one nftables table of the node's own (`inet ccattler_{node}`; needs
+    /// nftables and root or CAP_NET_ADMIN), `off` enforces nothing.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = AgentFirewall::Nft)]
+    pub firewall: AgentFirewall,
 }
 
 impl AgentArgs {
@@ -344,6 +363,7 @@ async fn serve<R: Runtime>(
         .map_err(|err| args.cannot_start(format!("listening for signals: {err}")))?;
     let address = config.address.clone();
     let servers = store.endpoints().join(", ");
+    let firewall_store = store.clone();
     let agent =
         NodeAgent::new(store, runtime, config).map_err(|err| args.cannot_start(err.to_string()))?;
     let runtime_name = clap::ValueEnum::to_possible_value(&args.runtime).map_or_else(
@@ -356,7 +376,15 @@ async fn serve<R: Runtime>(
     );
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let snapshots = super::local::start(args.local_addr).await?;
-    agent
+    let firewall = match args.firewall {
+        AgentFirewall::Nft => Some(tokio::spawn(
+            FirewallKeeper::new(firewall_store, &args.node, Nftables::new(&args.node))
+                .map_err(|err| args.cannot_start(err.to_string()))?
+                .run(std::future::pending()),
+        )),
+        AgentFirewall::Off => None,
+    };
+    let stopped = agent
         .run_publishing(
             async {
                 tokio::select! {
@@ -366,9 +394,13 @@ async fn serve<R: Runtime>(
             },
             snapshots,
         )
-        .await
-        .map_err(|err| CliError::Cluster(format!("the agent stopped: {err}")))?;
-    eprintln!("cca agent: stopped; the workloads keep running");
+        .await;
+    // The table stays in force: the rules go with the workloads they guard.
+    if let Some(firewall) = firewall {
+        firewall.abort();
+    }
+    stopped.map_err(|err| CliError::Cluster(format!("the agent stopped: {err}")))?;
+    eprintln!("cca agent: stopped; the workloads and their network rules stay");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -132,6 +132,50 @@ impl Hosts {
         command
     }
 
+    /// What `command` printed on stdout, trimmed.
+    pub(crate) fn stdout(mut command: Command) -> String {
+        let out = command.output().expect("the command runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The SRV answers of `name` as host `from` gets them from the DNS server at `server`:
+    /// (port, target).
+    pub(crate) fn srv(&self, from: usize, server: &str, name: &str) -> Vec<(String, String)> {
+        let mut dig = self.command(from, "dig");
+        dig.args([&format!("@{server}"), name, "SRV", "+short", "+tries=1"]);
+        Hosts::stdout(dig)
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                Some((fields.get(2)?.to_string(), fields.get(3)?.to_string()))
+            })
+            .collect()
+    }
+
+    /// The address `name` resolves to, as host `from` asks the DNS server at `server`.
+    pub(crate) fn resolve(&self, from: usize, server: &str, name: &str) -> String {
+        let mut dig = self.command(from, "dig");
+        dig.args([&format!("@{server}"), name, "A", "+short", "+tries=1"]);
+        Hosts::stdout(dig)
+    }
+
+    /// The HTTP status host `from` gets from `http://{target}/` ("000": no connection, or a
+    /// connection refused or reset).
+    pub(crate) fn http(&self, from: usize, target: &str) -> String {
+        let mut curl = self.command(from, "curl");
+        curl.args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "3",
+        ])
+        .arg(format!("http://{target}/"));
+        Hosts::stdout(curl)
+    }
+
     /// Cuts host `i` off the network (its bridge port goes down), as a pulled cable does.
     pub(crate) fn cut(&self, i: usize) {
         ip(&[
