@@ -7,9 +7,11 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`kept`] | figures kept in `benches/figures/`, printed beside those measured |
+//! | [`policy`] | a cluster with network policy at a size (the rule-set bench, `network_figures`) |
 //! | [`whole_loop`] | the whole loop's phases at a size, in real time ([`whole_loop::dev`]) and in virtual time ([`whole_loop::sim`]) |
 
 pub mod kept;
+pub mod policy;
 pub mod whole_loop;
 
 use std::future::Future;

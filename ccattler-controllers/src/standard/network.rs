@@ -2,10 +2,12 @@
 
 use parking_lot::Mutex;
 
-use ccattler_core::schema::{self, RecordKey};
-use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::network_rules::NetworkInputs;
+use ccattler_core::schema::{self, NodeRules, RecordKey};
+use ccattler_core::{Change, Controller, Fact, FactView, ReconcileContext, ReconcileError};
+
+use super::network_rules::{NetworkInputs, Touched};
 
 /// Writes `network/node/{node}`: the [`NodeRules`](schema::NodeRules) of each node that holds a
 /// host port of a guarded service, from the policy (`desired/network/policy`), the placements
@@ -31,38 +33,21 @@ use super::network_rules::NetworkInputs;
 /// is placed, and a caller is let through as soon as it is placed.
 #[derive(Debug, Default)]
 pub struct NetworkController {
-    last: Mutex<Option<(FactView, NetworkInputs)>>,
+    cache: Mutex<Cache>,
+}
+
+/// What a pass keeps for the next: the view it read and its inputs, and the nodes whose rule
+/// sets it changed (planned again next pass, in case that commit failed).
+#[derive(Debug, Default)]
+struct Cache {
+    last: Option<(FactView, NetworkInputs)>,
+    pending: BTreeSet<String>,
 }
 
 impl NetworkController {
     /// A new controller (with an empty cache of what it reads).
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// The inputs of `view`, patched from the previous view's.
-    fn read(&self, view: &FactView) -> NetworkInputs {
-        // Taken out while patching: if anything panics, the next call starts afresh.
-        let previous = self.last.lock().take();
-        let inputs = match previous {
-            Some((old_view, mut inputs)) => {
-                for (key, _, new) in view.changes_since(&old_view) {
-                    inputs.apply(key, new);
-                }
-                inputs
-            }
-            None => {
-                let mut inputs = NetworkInputs::default();
-                for prefix in INPUTS {
-                    for fact in view.scan(prefix) {
-                        inputs.apply(&fact.key, Some(fact));
-                    }
-                }
-                inputs
-            }
-        };
-        *self.last.lock() = Some((view.clone(), inputs.clone()));
-        inputs
     }
 }
 
@@ -96,27 +81,84 @@ impl Controller for NetworkController {
         let mut held = facts.scan(schema::NODE_RULES).peekable();
         // No policy and no rules left: nothing to read (the common case costs nothing).
         if facts.get(schema::DESIRED_NETWORK_POLICY).is_none() && held.peek().is_none() {
-            *self.last.lock() = None;
+            *self.cache.lock() = Cache::default();
             return Ok(Vec::new());
         }
-        let wanted = self.read(facts).rules();
-        let mut changes = Vec::new();
-        for fact in held {
-            let stale = match RecordKey::parse(&fact.key) {
-                Some(RecordKey::NodeRules(node)) => !wanted.contains_key(node),
-                _ => true,
-            };
-            if stale {
-                changes.push(Change::delete(fact.key.clone()));
-            }
+        let mut cache = self.cache.lock();
+        // Taken out while patching: if anything panics, the next pass starts afresh.
+        let (old_view, mut inputs) = match cache.last.take() {
+            Some(last) => last,
+            None => (FactView::new(), NetworkInputs::default()),
+        };
+        for (key, _, new) in facts.changes_since(&old_view) {
+            inputs.apply(key, new);
         }
-        for (node, rules) in wanted {
-            let key = schema::keys::node_rules(&node)?;
-            let value = schema::encode(&rules);
-            if facts.get(key.as_str()).map(|f| &f.value) != Some(&value) {
-                changes.push(Change::put(key, value));
+        let changes = match inputs.take_touched() {
+            Touched::All => {
+                cache.pending.clear();
+                all_changes(facts, held, inputs.rules())?
             }
-        }
+            Touched::Nodes(mut nodes) => {
+                nodes.append(&mut cache.pending);
+                node_changes(facts, inputs.rules_of(nodes.iter().map(String::as_str)))?
+            }
+        };
+        cache.pending = changes
+            .iter()
+            .filter_map(|change| match RecordKey::parse(change.key()) {
+                Some(RecordKey::NodeRules(node)) => Some(node.to_owned()),
+                _ => None,
+            })
+            .collect();
+        cache.last = Some((facts.clone(), inputs));
         Ok(changes)
     }
 }
+
+/// Puts every node's rule set that differs from the view, and deletes those of nodes that
+/// should have none.
+fn all_changes<'v>(
+    facts: &FactView,
+    held: impl Iterator<Item = &'v Fact>,
+    wanted: BTreeMap<String, NodeRules>,
+) -> Result<Vec<Change>, ReconcileError> {
+    let mut changes = Vec::new();
+    for fact in held {
+        let stale = match RecordKey::parse(&fact.key) {
+            Some(RecordKey::NodeRules(node)) => !wanted.contains_key(node),
+            _ => true,
+        };
+        if stale {
+            changes.push(Change::delete(fact.key.clone()));
+        }
+    }
+    changes.extend(node_changes(
+        facts,
+        wanted.into_iter().map(|(node, rules)| (node, Some(rules))),
+    )?);
+    Ok(changes)
+}
+
+/// Makes each node's rule set in the view what it should be (`None`: no fact).
+fn node_changes<N: AsRef<str>>(
+    facts: &FactView,
+    wanted: impl IntoIterator<Item = (N, Option<NodeRules>)>,
+) -> Result<Vec<Change>, ReconcileError> {
+    let mut changes = Vec::new();
+    for (node, rules) in wanted {
+        let key = schema::keys::node_rules(node.as_ref())?;
+        let held = facts.get(key.as_str());
+        match rules.map(|rules| schema::encode(&rules)) {
+            Some(value) if held.map(|f| &f.value) != Some(&value) => {
+                changes.push(Change::put(key, value));
+            }
+            None if held.is_some() => changes.push(Change::delete(key)),
+            _ => {}
+        }
+    }
+    Ok(changes)
+}
+
+#[cfg(test)]
+#[path = "network_tests.rs"]
+mod tests;

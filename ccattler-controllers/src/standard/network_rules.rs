@@ -1,6 +1,6 @@
 //! [`NetworkInputs`]: what network policy depends on (the policy, each placement's service and
 //! host ports, each node's address), kept as an index, and the rule set of every node derived
-//! from it.
+//! from it, all at once or for the nodes a change touched.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -14,25 +14,67 @@ use ccattler_core::{Fact, Key};
 /// One placement as the rules see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Placed {
-    node: String,
+    node: usize,
     instance: String,
+    service: String,
     ports: Vec<PortBinding>,
 }
 
-/// The facts network policy depends on, decoded and indexed by service. Patched one fact at a
-/// time ([`apply`](Self::apply)); [`rules`](Self::rules) derives every node's rule set.
+/// The nodes a change touched, whose rule sets must be derived again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Touched {
+    /// Every node's (the policy changed, or nothing was read before).
+    All,
+    /// These nodes'.
+    Nodes(BTreeSet<String>),
+}
+
+/// The facts network policy depends on, decoded and indexed. Patched one fact at a time
+/// ([`apply`](Self::apply)); [`rules`](Self::rules) derives every node's rule set,
+/// [`rules_of`](Self::rules_of) one node's, and [`take_touched`](Self::take_touched) names the
+/// nodes whose rule sets the changes applied since it was last called may have changed.
 ///
 /// A fact that does not decode counts as absent: a placement that is not an assignment guards
 /// nothing, a node whose status does not decode (or whose address is a name, not an IP
 /// address) lends no address to the services placed on it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NetworkInputs {
     policy: Option<NetworkPolicy>,
-    /// Placements by service, then by placement key.
-    by_service: BTreeMap<String, BTreeMap<Key, Placed>>,
-    /// The service of each placement key, to find it again when it is deleted.
-    service_of: HashMap<Key, String>,
-    addresses: BTreeMap<String, IpAddr>,
+    /// For each calling service, the services the policy lets it call on some port, and each
+    /// guarded service itself (it may call itself unless a rule says otherwise).
+    callees: HashMap<String, BTreeSet<String>>,
+    placements: HashMap<Key, Placed>,
+    /// Placement keys by service, in key order.
+    by_service: HashMap<String, BTreeSet<Key>>,
+    /// Node names, interned: placements refer to nodes by index.
+    node_ids: HashMap<String, usize>,
+    nodes: Vec<NodeEntry>,
+    touched: Option<BTreeSet<usize>>,
+    /// Services whose placements or nodes' addresses changed since the last `take_touched`.
+    moved: BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct NodeEntry {
+    name: String,
+    address: Option<IpAddr>,
+    /// Placement keys on the node.
+    placed: BTreeSet<Key>,
+}
+
+impl Default for NetworkInputs {
+    fn default() -> Self {
+        NetworkInputs {
+            policy: None,
+            callees: HashMap::new(),
+            placements: HashMap::new(),
+            by_service: HashMap::new(),
+            node_ids: HashMap::new(),
+            nodes: Vec::new(),
+            touched: None,
+            moved: BTreeSet::new(),
+        }
+    }
 }
 
 impl NetworkInputs {
@@ -42,42 +84,57 @@ impl NetworkInputs {
         match RecordKey::parse(key) {
             Some(RecordKey::NetworkPolicy) => {
                 self.policy = fact.and_then(|f| schema::decode(f).ok());
+                self.callees = callees(self.policy.as_ref());
+                self.touched = None;
             }
             Some(RecordKey::Node(node)) => {
                 let address = fact
                     .and_then(|f| schema::decode::<NodeStatus>(f).ok())
                     .and_then(|status| parse_address(&status.address));
-                match address {
-                    Some(address) => self.addresses.insert(node.to_owned(), address),
-                    None => self.addresses.remove(node),
-                };
+                let id = self.node_id(node);
+                if self.nodes[id].address != address {
+                    self.nodes[id].address = address;
+                    let services = self.nodes[id]
+                        .placed
+                        .iter()
+                        .filter_map(|key| self.placements.get(key))
+                        .map(|placed| placed.service.clone());
+                    self.moved.extend(services.collect::<Vec<_>>());
+                }
             }
             Some(RecordKey::Placement { node, instance }) => {
-                if let Some(service) = self.service_of.remove(key)
-                    && let Some(placed) = self.by_service.get_mut(&service)
-                {
-                    placed.remove(key);
-                    if placed.is_empty() {
-                        self.by_service.remove(&service);
+                if let Some(old) = self.placements.remove(key) {
+                    self.nodes[old.node].placed.remove(key);
+                    self.touch(old.node);
+                    if let Some(keys) = self.by_service.get_mut(&old.service) {
+                        keys.remove(key);
+                        if keys.is_empty() {
+                            self.by_service.remove(&old.service);
+                        }
                     }
+                    self.moved.insert(old.service);
                 }
                 let Some(assignment) = fact.and_then(|f| schema::decode::<Assignment>(f).ok())
                 else {
                     return;
                 };
-                self.service_of
-                    .insert(key.clone(), assignment.service.clone());
+                let id = self.node_id(node);
+                self.nodes[id].placed.insert(key.clone());
+                self.touch(id);
+                self.moved.insert(assignment.service.clone());
                 self.by_service
-                    .entry(assignment.service)
+                    .entry(assignment.service.clone())
                     .or_default()
-                    .insert(
-                        key.clone(),
-                        Placed {
-                            node: node.to_owned(),
-                            instance: instance.to_owned(),
-                            ports: assignment.ports,
-                        },
-                    );
+                    .insert(key.clone());
+                self.placements.insert(
+                    key.clone(),
+                    Placed {
+                        node: id,
+                        instance: instance.to_owned(),
+                        service: assignment.service,
+                        ports: assignment.ports,
+                    },
+                );
             }
             _ => {}
         }
@@ -86,6 +143,29 @@ impl NetworkInputs {
     /// Whether a policy is in force.
     pub fn has_policy(&self) -> bool {
         self.policy.is_some()
+    }
+
+    /// The nodes whose rule sets may have changed since the last call (on the first call,
+    /// [`Touched::All`]).
+    pub fn take_touched(&mut self) -> Touched {
+        let moved = std::mem::take(&mut self.moved);
+        let Some(mut touched) = self.touched.replace(BTreeSet::new()) else {
+            return Touched::All;
+        };
+        // A caller that moved changes the sets of the services it may call, on their nodes.
+        for callee in moved.iter().filter_map(|s| self.callees.get(s)).flatten() {
+            for key in self.by_service.get(callee).into_iter().flatten() {
+                if let Some(placed) = self.placements.get(key) {
+                    touched.insert(placed.node);
+                }
+            }
+        }
+        Touched::Nodes(
+            touched
+                .into_iter()
+                .map(|id| self.nodes[id].name.clone())
+                .collect(),
+        )
     }
 
     /// The rule set of every node that has a guarded host port.
@@ -97,60 +177,140 @@ impl NetworkInputs {
     /// allows, or `B` itself when no rule matches it. Everything else that reaches the port
     /// from another host is refused.
     pub fn rules(&self) -> BTreeMap<String, NodeRules> {
-        let mut nodes: BTreeMap<String, NodeRules> = BTreeMap::new();
-        let Some(policy) = &self.policy else {
-            return nodes;
-        };
-        let guarded: BTreeSet<&str> = policy.rules.iter().map(|r| r.to.as_str()).collect();
-        let mut allowed: HashMap<(&str, u16), Vec<String>> = HashMap::new();
-        // Per node, the index of each (service, declared port)'s set.
-        let mut set_index: HashMap<(&str, &str, u16), usize> = HashMap::new();
-        for service in guarded {
-            let Some(placements) = self.by_service.get(service) else {
+        let mut sets = AllowedSets::default();
+        (0..self.nodes.len())
+            .filter_map(|id| {
+                let rules = self.node_rules(id, &mut sets)?;
+                Some((self.nodes[id].name.clone(), rules))
+            })
+            .collect()
+    }
+
+    /// The rule sets of `nodes` (`None`: the node has no guarded host port), as
+    /// [`rules`](Self::rules) derives them.
+    pub fn rules_of<'n>(
+        &self,
+        nodes: impl IntoIterator<Item = &'n str>,
+    ) -> Vec<(&'n str, Option<NodeRules>)> {
+        let mut sets = AllowedSets::default();
+        nodes
+            .into_iter()
+            .map(|name| {
+                let rules = self
+                    .node_ids
+                    .get(name)
+                    .and_then(|id| self.node_rules(*id, &mut sets));
+                (name, rules)
+            })
+            .collect()
+    }
+
+    fn node_rules(&self, id: usize, allowed: &mut AllowedSets) -> Option<NodeRules> {
+        let policy = self.policy.as_ref()?;
+        let mut rules = NodeRules::default();
+        let mut index: Vec<(&str, u16, usize)> = Vec::new();
+        for placed in self.nodes[id]
+            .placed
+            .iter()
+            .filter_map(|key| self.placements.get(key))
+        {
+            if !self.is_guarded(&placed.service) {
                 continue;
-            };
-            for placed in placements.values() {
-                for binding in &placed.ports {
-                    let addresses = allowed
-                        .entry((service, binding.port))
-                        .or_insert_with(|| self.allowed_addresses(policy, service, binding.port));
-                    let rules = nodes.entry(placed.node.clone()).or_default();
-                    let index = *set_index
-                        .entry((placed.node.as_str(), service, binding.port))
-                        .or_insert_with(|| {
-                            rules.sets.push(addresses.clone());
-                            rules.sets.len() - 1
-                        });
-                    rules.guards.push(PortGuard {
-                        port: binding.host,
-                        instance: placed.instance.clone(),
-                        service: service.to_owned(),
-                        declared: binding.port,
-                        allow: index,
-                    });
-                }
+            }
+            for binding in &placed.ports {
+                let service = placed.service.as_str();
+                let at = match index
+                    .iter()
+                    .find(|(s, p, _)| *s == service && *p == binding.port)
+                {
+                    Some((.., at)) => *at,
+                    None => {
+                        let set = allowed
+                            .0
+                            .entry((service.to_owned(), binding.port))
+                            .or_insert_with(|| {
+                                self.allowed_addresses(policy, service, binding.port)
+                            });
+                        rules.sets.push(set.clone());
+                        index.push((service, binding.port, rules.sets.len() - 1));
+                        rules.sets.len() - 1
+                    }
+                };
+                rules.guards.push(PortGuard {
+                    port: binding.host,
+                    instance: placed.instance.clone(),
+                    service: service.to_owned(),
+                    declared: binding.port,
+                    allow: at,
+                });
             }
         }
-        for rules in nodes.values_mut() {
-            rules
-                .guards
-                .sort_by(|a, b| (a.port, &a.instance).cmp(&(b.port, &b.instance)));
+        if rules.guards.is_empty() {
+            return None;
         }
-        nodes
+        rules
+            .guards
+            .sort_by(|a, b| (a.port, &a.instance).cmp(&(b.port, &b.instance)));
+        Some(rules)
+    }
+
+    fn is_guarded(&self, service: &str) -> bool {
+        self.callees
+            .get(service)
+            .is_some_and(|callees| callees.contains(service))
     }
 
     /// The addresses, sorted, of the nodes where an allowed caller of `service` on `port` is
     /// placed.
     fn allowed_addresses(&self, policy: &NetworkPolicy, service: &str, port: u16) -> Vec<String> {
-        let callers = allowed_callers(policy, service, port);
-        let addresses: BTreeSet<IpAddr> = callers
+        let addresses: BTreeSet<IpAddr> = allowed_callers(policy, service, port)
             .iter()
             .filter_map(|caller| self.by_service.get(*caller))
-            .flat_map(|placements| placements.values())
-            .filter_map(|placed| self.addresses.get(&placed.node).copied())
+            .flatten()
+            .filter_map(|key| self.placements.get(key))
+            .filter_map(|placed| self.nodes[placed.node].address)
             .collect();
         addresses.iter().map(IpAddr::to_string).collect()
     }
+
+    fn node_id(&mut self, name: &str) -> usize {
+        if let Some(id) = self.node_ids.get(name) {
+            return *id;
+        }
+        self.nodes.push(NodeEntry {
+            name: name.to_owned(),
+            ..NodeEntry::default()
+        });
+        self.node_ids.insert(name.to_owned(), self.nodes.len() - 1);
+        self.nodes.len() - 1
+    }
+
+    fn touch(&mut self, node: usize) {
+        if let Some(touched) = &mut self.touched {
+            touched.insert(node);
+        }
+    }
+}
+
+/// The allowed addresses of each (service, declared port), derived once per call.
+#[derive(Default)]
+struct AllowedSets(HashMap<(String, u16), Vec<String>>);
+
+/// For each service a rule names as the caller, the services it is named against; and each
+/// guarded service against itself.
+fn callees(policy: Option<&NetworkPolicy>) -> HashMap<String, BTreeSet<String>> {
+    let mut callees: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for rule in policy.map(|p| p.rules.as_slice()).unwrap_or_default() {
+        callees
+            .entry(rule.from.clone())
+            .or_default()
+            .insert(rule.to.clone());
+        callees
+            .entry(rule.to.clone())
+            .or_default()
+            .insert(rule.to.clone());
+    }
+    callees
 }
 
 /// The services that may call `service` on its declared `port`: the first rule that matches a
