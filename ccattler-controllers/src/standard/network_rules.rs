@@ -37,7 +37,7 @@ pub enum Touched {
 /// A fact that does not decode counts as absent: a placement that is not an assignment guards
 /// nothing, a node whose status does not decode (or whose address is a name, not an IP
 /// address) lends no address to the services placed on it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct NetworkInputs {
     policy: Option<NetworkPolicy>,
     /// For each calling service, the services the policy lets it call on some port, and each
@@ -60,21 +60,6 @@ struct NodeEntry {
     address: Option<IpAddr>,
     /// Placement keys on the node.
     placed: BTreeSet<Key>,
-}
-
-impl Default for NetworkInputs {
-    fn default() -> Self {
-        NetworkInputs {
-            policy: None,
-            callees: HashMap::new(),
-            placements: HashMap::new(),
-            by_service: HashMap::new(),
-            node_ids: HashMap::new(),
-            nodes: Vec::new(),
-            touched: None,
-            moved: BTreeSet::new(),
-        }
-    }
 }
 
 impl NetworkInputs {
