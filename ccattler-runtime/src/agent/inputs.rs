@@ -389,6 +389,11 @@ impl AgentLoop {
                     });
                 }
             }
+            (RuntimeOp::Stop(id), Ok(())) => {
+                if let Some(track) = self.tracks.get_mut(&id) {
+                    track.stopped = true;
+                }
+            }
             (RuntimeOp::Stop(id) | RuntimeOp::Remove(id), Err(err)) => {
                 self.outbox.push_back(Action::RuntimeFailed {
                     reason: format!("stopping or removing {id} failed: {err}"),

@@ -979,3 +979,25 @@ fn an_id_placed_anew_starts_over_and_is_reported_anew() {
     );
     assert_eq!(step.state("db-0"), Some(InstanceState::Running));
 }
+
+#[test]
+fn an_observation_that_lags_never_passes_for_a_stop() {
+    let mut step = Step::new();
+    let db = service("db", &[]);
+    // The runtime answers with what it saw before db-0 started.
+    step.sim.faults().stale_observation();
+    step.place("db-0", &db, DesiredState::Running);
+    step.advance(Duration::from_millis(300));
+    assert!(step.count("ensure_running db-0") > 0, "{:?}", step.tail());
+    step.place("db-0", &db, DesiredState::Stopped);
+    step.advance(Duration::from_millis(300));
+    // The runtime shows nothing of it; the agent stops it all the same, and only then says
+    // it stopped.
+    assert_eq!(step.count("ensure_stopped db-0"), 1, "{:?}", step.tail());
+    assert_eq!(
+        step.observation("db-0").map(|o| o.state),
+        Some(ObservedState::Stopped)
+    );
+    step.sim.faults().fresh_observation();
+    assert_eq!(step.state("db-0"), Some(InstanceState::Stopped));
+}

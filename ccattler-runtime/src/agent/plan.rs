@@ -39,6 +39,9 @@ pub(super) struct Track {
     pub probes: [Option<ProbeState>; 3],
     /// When the running instance (or the running init step) was last seen starting.
     pub started: Option<Duration>,
+    /// A stop of it succeeded since it last started: the runtime holding nothing of it is then
+    /// the truth, not an observation that lags (one taken before it started).
+    pub stopped: bool,
     /// When its liveness probe failed: it is restarted one pass later, once reported unhealthy.
     pub condemned: Option<Duration>,
     /// A secret it uses changed: what the next pass does about it, if it runs.
@@ -66,6 +69,12 @@ impl Track {
         self.retry_at = Some(now.saturating_add(Backoff::nth(delays, self.attempts)));
     }
 
+    /// Whether it started here and no stop of it has succeeded since: the runtime showing
+    /// nothing of it does not prove it stopped.
+    pub(super) fn unconfirmed_stop(&self) -> bool {
+        self.started.is_some() && !self.stopped
+    }
+
     /// The instance started (or was adopted running) at `now`: failures are forgotten and its
     /// probes start over.
     pub(super) fn started_now(&mut self, now: Duration, spec: Option<&ServiceSpec>) {
@@ -73,6 +82,7 @@ impl Track {
         self.failure = None;
         self.retry_at = None;
         self.started = Some(now);
+        self.stopped = false;
         self.condemned = None;
         self.probes = match spec {
             Some(spec) => {
@@ -109,7 +119,11 @@ impl AgentLoop {
             }
             let seen = self.observed.get(id).map(|s| &s.instance);
             if assignment.state == DesiredState::Stopped {
-                if seen.is_some_and(|o| !o.state.has_ended()) {
+                // Seen running, or started here and not seen at all: an observation that lags
+                // (taken before it started) must not pass for a stop, so stop it for sure.
+                let unconfirmed =
+                    seen.is_none() && self.tracks.get(id).is_some_and(Track::unconfirmed_stop);
+                if seen.is_some_and(|o| !o.state.has_ended()) || unconfirmed {
                     self.work.push(id, stop(id, grace, StopReason::Asked));
                 }
                 continue;

@@ -93,9 +93,23 @@ impl AgentLoop {
         };
         match seen.map(|o| &o.state) {
             // Asked to stop, and the runtime has nothing of it (it never started here, or the
-            // node came back empty): it is as stopped as it gets.
-            None if assignment.state == DesiredState::Stopped => {
+            // node came back empty, or a stop of it succeeded): it is as stopped as it gets.
+            None if assignment.state == DesiredState::Stopped
+                && !track.is_some_and(|t| t.unconfirmed_stop()) =>
+            {
                 report.state = ObservedState::Stopped;
+            }
+            // Started here and not stopped yet, though the runtime shows nothing of it (an
+            // observation that lags): still what it was last reported as, until the stop the
+            // pass asked for succeeds.
+            None if assignment.state == DesiredState::Stopped => {
+                report.state = self
+                    .reported
+                    .get(id)
+                    .and_then(Option::as_ref)
+                    .map(|r| r.state)
+                    .filter(|state| state.is_active())
+                    .unwrap_or(ObservedState::Running);
             }
             None => {
                 report.state = if track.and_then(|t| t.failure.as_ref()).is_some() {
