@@ -47,6 +47,13 @@ impl NodeSpec {
         self
     }
 
+    /// Sets the address it reports (and its simulated workloads serve on).
+    #[must_use]
+    pub fn address(mut self, address: impl Into<String>) -> Self {
+        self.status.address = address.into();
+        self
+    }
+
     /// Adds a label.
     #[must_use]
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, Request, ScheduleInput};
-use ccattler_controllers::standard::{Cluster, Instance, IntentResolver, Standing};
+use ccattler_controllers::standard::{Cluster, Instance, IntentResolver, NetworkInputs, Standing};
 use ccattler_core::schema::{
-    self, DesiredState, Endpoints, InstanceObservation, NodeStatus, RecordKey, ScaleIntent,
-    ServiceSpec, ServiceStatus,
+    self, DesiredState, Endpoints, InstanceObservation, NodeRules, NodeStatus, RecordKey,
+    ScaleIntent, ServiceSpec, ServiceStatus,
 };
 use ccattler_core::{
     EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
@@ -222,6 +222,44 @@ impl Snapshot {
         if gaps.is_empty() {
             gaps.extend(self.spread_gaps());
         }
+        if gaps.is_empty() {
+            gaps.extend(self.network_gaps());
+        }
+        gaps
+    }
+
+    /// The nodes whose network rules (`network/node/`) are not those the policy gives for the
+    /// placements and node addresses in the store, derived afresh from them (by
+    /// [`NetworkInputs`], independently of the network controller's cached passes). Judged only
+    /// once everything else is converged.
+    fn network_gaps(&self) -> Vec<String> {
+        let mut inputs = NetworkInputs::default();
+        for prefix in [
+            schema::DESIRED_NETWORK_POLICY,
+            schema::PLACEMENTS,
+            schema::OBSERVED_NODES,
+        ] {
+            for fact in self.view.scan(prefix) {
+                inputs.apply(&fact.key, Some(fact));
+            }
+        }
+        let mut wanted = inputs.rules();
+        let mut gaps = Vec::new();
+        for fact in self.view.scan(schema::NODE_RULES) {
+            let Some(RecordKey::NodeRules(node)) = RecordKey::parse(&fact.key) else {
+                gaps.push(format!("{} is not a node's rule set", fact.key));
+                continue;
+            };
+            let held = schema::decode::<NodeRules>(fact).ok();
+            if held != wanted.remove(node) {
+                gaps.push(format!("network rules of node {node} lag the policy"));
+            }
+        }
+        gaps.extend(
+            wanted
+                .into_keys()
+                .map(|node| format!("node {node} has no network rules yet")),
+        );
         gaps
     }
 

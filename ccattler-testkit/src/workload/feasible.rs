@@ -57,7 +57,7 @@ pub fn feasibility(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfia
 pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiable> {
     let mut found = Vec::new();
     for (_, services) in workload.states() {
-        let text = render::document(&services, &workload.allow);
+        let text = render::document(&services, &workload.network);
         let Ok(compiled) = lang::check(&SourceFile::new("workload.cca", text)) else {
             continue;
         };

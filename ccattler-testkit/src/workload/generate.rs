@@ -6,7 +6,9 @@ use ccattler_core::schema::{Cpu, Memory};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Change, CheckDraw, ProbeDraw, ServiceDraw, Step, Workload, ZoneDraw, feasible};
+use super::{
+    Change, CheckDraw, ProbeDraw, RuleDraw, ServiceDraw, Step, Workload, ZoneDraw, feasible,
+};
 use crate::cluster::NodeSpec;
 
 /// Pieces of names, so that drawn names look like what people write, dots, digits and the
@@ -71,11 +73,11 @@ impl Workload {
             seed,
             nodes: nodes.clone(),
             services,
-            allow: Vec::new(),
+            network: Vec::new(),
             secrets,
             steps: Vec::new(),
         };
-        workload.allow = draw.allow(&workload.services);
+        workload.network = draw.network(&workload.services);
         workload.steps = draw.steps(&workload, window);
         fit(&mut workload);
         workload
@@ -106,7 +108,8 @@ fn draw_nodes(rng: &mut SmallRng) -> Vec<NodeSpec> {
             if i == 0 {
                 node = node.label("tier", "edge");
             }
-            node
+            // An address the network rules can name.
+            node.address(format!("10.0.0.{}", i + 1))
         })
         .collect()
 }
@@ -299,15 +302,30 @@ impl Draw<'_> {
         }
     }
 
-    /// A few `allow` rules between the services, now and then.
-    fn allow(&mut self, services: &[ServiceDraw]) -> Vec<(String, String, Option<u16>)> {
-        if services.len() < 2 || !self.rng.random_bool(0.3) {
+    /// A few `allow` and `deny` rules between the services (a service calling itself
+    /// included), now and then; half of them name a port the called service exposes.
+    fn network(&mut self, services: &[ServiceDraw]) -> Vec<RuleDraw> {
+        if services.is_empty() || !self.rng.random_bool(0.4) {
             return Vec::new();
         }
-        let from = services[0].name.clone();
-        let to = services[1].name.clone();
-        let port = services[1].expose.first().map(|(port, _)| *port);
-        vec![(from, to, port)]
+        let count = self.rng.random_range(1..=5);
+        (0..count)
+            .map(|_| {
+                let from = &services[self.rng.random_range(0..services.len())];
+                let to = &services[self.rng.random_range(0..services.len())];
+                let port = if to.expose.is_empty() || self.rng.random_bool(0.5) {
+                    None
+                } else {
+                    Some(to.expose[self.rng.random_range(0..to.expose.len())].0)
+                };
+                RuleDraw {
+                    allow: self.rng.random_bool(0.75),
+                    from: from.name.clone(),
+                    to: to.name.clone(),
+                    port,
+                }
+            })
+            .collect()
     }
 
     /// Up to 8 changes in the first `window`, a broken version always rolled forward within

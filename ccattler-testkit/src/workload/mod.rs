@@ -59,8 +59,9 @@ pub struct Workload {
     pub nodes: Vec<NodeSpec>,
     /// The services of the first document.
     pub services: Vec<ServiceDraw>,
-    /// `network { allow A -> B }` rules of every document: (from, to, port).
-    pub allow: Vec<(String, String, Option<u16>)>,
+    /// The `network` rules of every document, in order (each written in the documents that
+    /// declare both of its services).
+    pub network: Vec<RuleDraw>,
     /// Secrets set before the first apply: (name, value).
     pub secrets: Vec<(String, String)>,
     /// What the users do while the cluster runs, in time order.
@@ -114,6 +115,19 @@ pub struct ServiceDraw {
     pub version: u32,
     /// Whether this version never becomes ready (its network probes fail).
     pub broken: bool,
+}
+
+/// One rule of the `network` block: `allow|deny FROM -> TO [port N]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleDraw {
+    /// `allow` (else `deny`).
+    pub allow: bool,
+    /// The calling service.
+    pub from: String,
+    /// The called service.
+    pub to: String,
+    /// `port N`, when given.
+    pub port: Option<u16>,
 }
 
 /// A probe block of a service.
@@ -286,7 +300,7 @@ impl Workload {
     pub fn documents(&self) -> Vec<(Duration, String)> {
         self.states()
             .into_iter()
-            .map(|(at, services)| (at, render::document(&services, &self.allow)))
+            .map(|(at, services)| (at, render::document(&services, &self.network)))
             .collect()
     }
 

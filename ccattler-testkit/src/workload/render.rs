@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{CheckDraw, ServiceDraw, ZoneDraw};
+use super::{CheckDraw, RuleDraw, ServiceDraw, ZoneDraw};
 
 /// The image of a service's version: `example/{name}:{version}`, with `-broken` for a version
 /// that never becomes ready (its probes fail on the simulator).
@@ -24,10 +24,7 @@ pub(super) fn image(service: &ServiceDraw) -> String {
 
 /// One document: the services, the volumes they mount, and the network rules whose services
 /// it declares.
-pub(super) fn document(
-    services: &[ServiceDraw],
-    allow: &[(String, String, Option<u16>)],
-) -> String {
+pub(super) fn document(services: &[ServiceDraw], network: &[RuleDraw]) -> String {
     let mut out = String::new();
     let mut volumes: Vec<&str> = Vec::new();
     for service in services {
@@ -45,12 +42,13 @@ pub(super) fn document(
         );
     }
     let declared = |name: &str| services.iter().any(|s| s.name == name);
-    let rules: Vec<String> = allow
+    let rules: Vec<String> = network
         .iter()
-        .filter(|(from, to, _)| declared(from) && declared(to))
-        .map(|(from, to, port)| match port {
-            Some(port) => format!("    allow {from} -> {to} port {port}\n"),
-            None => format!("    allow {from} -> {to}\n"),
+        .filter(|rule| declared(&rule.from) && declared(&rule.to))
+        .map(|rule| {
+            let action = if rule.allow { "allow" } else { "deny" };
+            let port = rule.port.map(|p| format!(" port {p}")).unwrap_or_default();
+            format!("    {action} {} -> {}{port}\n", rule.from, rule.to)
         })
         .collect();
     if !rules.is_empty() {
