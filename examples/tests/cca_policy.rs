@@ -146,6 +146,16 @@ async fn policy_lets_allowed_callers_through_and_follows_them() {
         report.contains("\"guarded\":1") && !report.contains("error"),
         "h1's report: {report}"
     );
+    let nodes = Hosts::stdout({
+        let mut command = Command::new(CCA);
+        command.args(["nodes", "--server", &url, "--token", &admin]);
+        command
+    });
+    let h1 = nodes
+        .lines()
+        .find(|l| l.starts_with("h1 "))
+        .unwrap_or_default();
+    assert!(h1.contains("(1 guarded port)"), "cca nodes: {nodes}");
 
     // web moves to host 3 and batch to host 2: the rules follow them.
     apply(&dir, &url, &admin, &document(&marker, "back", "front"), &[]);

@@ -425,7 +425,8 @@ pub static VOLUME: BlockSpec = BlockSpec {
     exclusive: &[],
 };
 
-/// `network { ... }`.
+/// `network { allow|deny FROM -> TO [port N] }`: the rules
+/// [`NetworkController`](crate::standard::NetworkController) enforces, first match wins.
 pub static NETWORK: BlockSpec = BlockSpec {
     name: "network",
     fields: &[

@@ -45,7 +45,7 @@ pub use endpoints::EndpointController;
 pub use instances::InstanceController;
 pub use intent::IntentResolver;
 pub use network::NetworkController;
-pub use network_rules::NetworkInputs;
+pub use network_rules::{NetworkInputs, Touched};
 pub use placement::SchedulerController;
 pub use status::StatusController;
 

@@ -394,20 +394,42 @@ pub fn nodes(args: &StatusArgs) -> Result<ExitCode, CliError> {
             return Ok(ExitCode::SUCCESS);
         }
         println!(
-            "{:<16} {:<6} {:>8} {:>10}",
+            "{:<16} {:<6} {:>8} {:>10}  NETWORK RULES",
             "NODE", "ALIVE", "CPU", "MEMORY"
         );
         for node in answer["nodes"].as_array().into_iter().flatten() {
             println!(
-                "{:<16} {:<6} {:>8} {:>10}",
+                "{:<16} {:<6} {:>8} {:>10}  {}",
                 value_text(&node["name"]),
                 if node["alive"] == true { "yes" } else { "no" },
                 value_text(&node["status"]["cpu"]),
-                value_text(&node["status"]["memory"])
+                value_text(&node["status"]["memory"]),
+                network_text(&node["network"])
             );
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// What a node's firewall report says, in a few words: `-` when it reported nothing, `none`
+/// when it holds no rules, `revision R (N ports)` for the rules in force, and why newer ones
+/// are not.
+fn network_text(report: &Json) -> String {
+    if report.is_null() {
+        return "-".to_owned();
+    }
+    let revision = report["revision"].as_u64().unwrap_or(0);
+    let mut text = if revision == 0 {
+        "none".to_owned()
+    } else {
+        let ports = report["guarded"].as_u64().unwrap_or(0);
+        let plural = if ports == 1 { "" } else { "s" };
+        format!("revision {revision} ({ports} guarded port{plural})")
+    };
+    if let Some(error) = report["error"].as_str() {
+        text.push_str(&format!("; not applied: {error}"));
+    }
+    text
 }
 
 /// Runs `cca token`.
@@ -453,5 +475,19 @@ mod tests {
             Some("control plane: 1 replica up (a); leader: none (an election is under way)")
         );
         assert_eq!(control_plane_line(&Json::Null), None);
+    }
+
+    #[test]
+    fn the_network_column_says_what_is_in_force_and_why_not_newer() {
+        assert_eq!(network_text(&Json::Null), "-");
+        assert_eq!(network_text(&json!({"revision": 0, "guarded": 0})), "none");
+        assert_eq!(
+            network_text(&json!({"revision": 26, "guarded": 1})),
+            "revision 26 (1 guarded port)"
+        );
+        assert_eq!(
+            network_text(&json!({"revision": 26, "guarded": 2, "error": "nft refused it"})),
+            "revision 26 (2 guarded ports); not applied: nft refused it"
+        );
     }
 }

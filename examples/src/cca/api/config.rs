@@ -242,17 +242,22 @@ pub async fn control_plane<S: FactStore>(store: &S) -> Result<Json, ApiError> {
     }))
 }
 
-/// `GET /api/nodes`: every node that reported a status or holds a lease.
+/// `GET /api/nodes`: every node that reported a status or holds a lease, with what its
+/// firewall reports of the network rules in force (`network`, null when it reported nothing).
 pub async fn nodes<S: FactStore + Clone>(
     State(api): State<ApiState<S>>,
 ) -> Result<Response, ApiError> {
-    let mut nodes: BTreeMap<String, (bool, Json)> = BTreeMap::new();
+    let mut nodes: BTreeMap<String, (bool, Json, Json)> = BTreeMap::new();
+    let absent = || (false, Json::Null, Json::Null);
     for fact in api.store.scan(schema::NODE_LEASES).await?.facts {
         if let Some(RecordKey::NodeLease(name)) = RecordKey::parse(&fact.key) {
-            nodes
-                .entry(name.to_owned())
-                .or_insert((false, Json::Null))
-                .0 = true;
+            nodes.entry(name.to_owned()).or_insert_with(absent).0 = true;
+        }
+    }
+    for fact in api.store.scan(schema::NETWORK_REPORTS).await?.facts {
+        if let Some(RecordKey::NetworkReport(name)) = RecordKey::parse(&fact.key) {
+            let value = fact_json(&fact).get("value").cloned().unwrap_or(Json::Null);
+            nodes.entry(name.to_owned()).or_insert_with(absent).2 = value;
         }
     }
     for fact in api.store.scan(schema::OBSERVED_NODES).await?.facts {
@@ -261,15 +266,14 @@ pub async fn nodes<S: FactStore + Clone>(
         }
         if let Some(RecordKey::Node(name)) = RecordKey::parse(&fact.key) {
             let value = fact_json(&fact).get("value").cloned().unwrap_or(Json::Null);
-            nodes
-                .entry(name.to_owned())
-                .or_insert((false, Json::Null))
-                .1 = value;
+            nodes.entry(name.to_owned()).or_insert_with(absent).1 = value;
         }
     }
     let nodes: Vec<Json> = nodes
         .into_iter()
-        .map(|(name, (alive, status))| json!({ "name": name, "alive": alive, "status": status }))
+        .map(|(name, (alive, status, network))| {
+            json!({ "name": name, "alive": alive, "status": status, "network": network })
+        })
         .collect();
     Ok(axum::Json(json!({ "nodes": nodes })).into_response())
 }
