@@ -18,6 +18,7 @@
 //! | [`simulator`] | [`simulator::SimulatorRuntime`]: in memory, deterministic, faults injected through [`simulator::Faults`] |
 //! | [`process`] | [`process::ProcessRuntime`]: real Linux processes with state on disk, adopted after an agent restart |
 //! | `containerd` (feature `containerd`) | `containerd::ContainerdRuntime`: containers through containerd's gRPC API, OCI tarball import, a busybox test image |
+//! | [`cni`] | [`cni::Cni`]: a network namespace per container through the standard CNI plugins (bridge, host-local, portmap, loopback) |
 //! | [`firewall`] | [`firewall::FirewallKeeper`]: applies the node's network rules as one nftables table and reports them |
 //! | `dns` (feature `dns`) | `dns::DnsServer`: answers `web.service.cca` (A, AAAA, SRV) with service `web`'s ready endpoints, followed from the store |
 //!
@@ -32,11 +33,13 @@
 
 mod address;
 pub mod agent;
+pub mod cni;
 #[cfg(feature = "containerd")]
 pub mod containerd;
 #[cfg(feature = "dns")]
 pub mod dns;
 pub mod firewall;
 mod mounts;
+mod names;
 pub mod process;
 pub mod simulator;

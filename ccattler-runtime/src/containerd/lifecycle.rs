@@ -2,7 +2,7 @@
 //! with a lease around unpack, snapshot and container record, and teardown in the safe order.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ccattler_core::{InstanceSpec, RuntimeError};
@@ -86,18 +86,50 @@ impl Inner {
         self.start_task(&spec.id).await
     }
 
-    /// Creates everything: pulled and unpacked image, snapshot, container record, task; and starts it.
+    /// Creates everything: pulled and unpacked image, its network (with CNI), snapshot,
+    /// container record, task; and starts it. A container whose network cannot be set up is
+    /// not created; one that fails to be created gives its network back.
     async fn create(&self, spec: &InstanceSpec) -> Result<(), RuntimeError> {
         self.ensure_image(&spec.id, &spec.image).await?;
+        let netns = match &self.cni {
+            Some(cni) => Some(cni.attach(&spec.id, &spec.ports).await.map_err(|e| {
+                RuntimeError::StartFailed {
+                    id: spec.id.clone(),
+                    reason: format!("setting up its network failed: {e}"),
+                }
+            })?),
+            None => None,
+        };
+        let created = self
+            .create_with(spec, netns.as_ref().map(|a| a.netns.as_path()))
+            .await;
+        if created.is_err()
+            && let Some(cni) = &self.cni
+            && let Err(error) = cni.detach(&spec.id).await
+        {
+            tracing::warn!(%error, id = %spec.id, "the network of a container that failed to start was not removed");
+        }
+        created
+    }
+
+    async fn create_with(
+        &self,
+        spec: &InstanceSpec,
+        netns: Option<&Path>,
+    ) -> Result<(), RuntimeError> {
         let image = resolve(&self.conn, &spec.image).await?;
         let dir = self.instance_dir(&spec.id);
-        let files = write_files(&dir, spec).await?;
-        let log = dir.join("output.log");
+        let host = HostSide {
+            files: write_files(&dir, spec).await?,
+            log: dir.join("output.log"),
+            netns,
+        };
+        let log = &host.log;
         loop {
             let snapshotter = self.snapshotter().to_owned();
             let lease = self.conn.lease("run").await?;
             let made = self
-                .make_container(spec, &image, &snapshotter, &files, &log, &lease)
+                .make_container(spec, &image, &snapshotter, &host, &lease)
                 .await;
             self.conn.release(lease).await?;
             let rootfs = match made {
@@ -108,7 +140,7 @@ impl Inner {
                 Err(s) => return Err(start_failed(&spec.id, "container create", &s)),
             };
             let args = spec::args(spec, &image);
-            match self.create_task(&spec.id, rootfs, &log, &args).await {
+            match self.create_task(&spec.id, rootfs, log, &args).await {
                 Ok(()) => return self.start_task(&spec.id).await,
                 Err(RuntimeError::StartFailed { reason, .. })
                     if reason.contains("failed to mount rootfs component") && self.fall_back() =>
@@ -130,8 +162,7 @@ impl Inner {
         spec: &InstanceSpec,
         image: &ImageInfo,
         snapshotter: &str,
-        files: &[(String, String)],
-        log: &Path,
+        host: &HostSide<'_>,
         lease: &Lease,
     ) -> Result<Vec<Mount>, Status> {
         ensure_unpacked(&self.conn, image, snapshotter, lease).await?;
@@ -147,11 +178,11 @@ impl Inner {
             .await?
             .into_inner()
             .mounts;
-        let oci = spec::container(spec, image, self.conn.namespace(), files);
+        let oci = spec::container(spec, image, self.conn.namespace(), &host.files, host.netns);
         let mut labels = HashMap::from([
             (INSTANCE.to_owned(), spec.id.clone()),
             (SERVICE.to_owned(), spec.service.clone()),
-            (LOG.to_owned(), log.to_string_lossy().into_owned()),
+            (LOG.to_owned(), host.log.to_string_lossy().into_owned()),
         ]);
         if let Some(port) = spec.served_port() {
             labels.insert(PORT.to_owned(), port.to_string());
@@ -296,6 +327,14 @@ impl Inner {
 
 /// Writes the spec's files under `<dir>/files/` (replacing what an earlier start left) and returns
 /// `(host path, path in the container)` pairs.
+/// What a container gets from the host: its files (`(host file, path in the container)`), its
+/// log file, and its network namespace (with CNI).
+struct HostSide<'a> {
+    files: Vec<(String, String)>,
+    log: PathBuf,
+    netns: Option<&'a Path>,
+}
+
 async fn write_files(
     dir: &Path,
     spec: &InstanceSpec,

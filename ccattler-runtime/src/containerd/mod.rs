@@ -41,9 +41,13 @@
 //! # Caveats
 //!
 //! - Files of the spec are written under the state directory and bind-mounted read-only; volumes
-//!   are bind mounts. An instance with ports shares the node's network and must listen on the
-//!   host ports its spec gives (`PORT`, `PORT_{declared}` are set); its address is
-//!   `127.0.0.1:{first host port}`. One without ports gets its own network namespace.
+//!   are bind mounts.
+//! - Networking ([`ContainerNetwork`]): with `Cni`, each container has a network namespace of
+//!   its own and listens on its declared ports, which its host ports are mapped to; with
+//!   `Host` (the default), an instance with ports shares the node's network and must listen on
+//!   the host ports its spec gives, and one without ports gets an empty network namespace. The
+//!   environment says where to listen (`PORT`, `PORT_{declared}`). Either way the instance is
+//!   reported at `{host}:{first host port}` ([`ContainerdConfig::host`]).
 //! - Stats are read from the container's cgroup (`/<namespace>/<id>`, cgroup v2 or v1): memory in
 //!   use without the inactive page cache, CPU averaged since the previous sample or the start.
 //!   Best effort: a missing cgroup file reads as zero.
@@ -100,6 +104,26 @@ pub struct ContainerdConfig {
     pub pull_policy: PullPolicy,
     /// How registries are reached (credentials, plain-HTTP registries).
     pub registry: RegistryConfig,
+    /// How containers are networked. Default [`ContainerNetwork::Host`].
+    pub network: ContainerNetwork,
+    /// The address other hosts reach this node at: an instance with a port is reported at
+    /// `{host}:{its first host port}`. Default `127.0.0.1`, reachable from this host only.
+    pub host: String,
+}
+
+/// How containers are networked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ContainerNetwork {
+    /// A container with ports shares the node's network and listens on its host ports (`PORT`
+    /// is the first host port); one without ports gets an empty network namespace of its own.
+    #[default]
+    Host,
+    /// Every container gets a network namespace of its own through the CNI plugins
+    /// ([`crate::cni`]): an address on the node's bridge, and each host port mapped to its
+    /// declared port, which is where it listens (`PORT` is the first declared port). Its
+    /// network is set up before it is created (a container whose network fails is not
+    /// started, and says why) and removed with it.
+    Cni(crate::cni::CniConfig),
 }
 
 impl Default for ContainerdConfig {
@@ -112,11 +136,27 @@ impl Default for ContainerdConfig {
             timeout: Duration::from_secs(10),
             pull_policy: PullPolicy::default(),
             registry: RegistryConfig::default(),
+            network: ContainerNetwork::default(),
+            host: "127.0.0.1".to_owned(),
         }
     }
 }
 
 impl ContainerdConfig {
+    /// Sets how containers are networked.
+    #[must_use]
+    pub fn network(mut self, network: ContainerNetwork) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Sets the node's address ([`ContainerdConfig::host`]).
+    #[must_use]
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
+    }
+
     /// Sets the snapshotter.
     #[must_use]
     pub fn snapshotter(mut self, name: impl Into<String>) -> Self {
@@ -189,6 +229,8 @@ struct Inner {
     pulls: Mutex<HashMap<String, Arc<ImagePull>>>,
     /// The instances whose image is being pulled, with the image and its pull.
     pulling: Mutex<BTreeMap<String, (String, Arc<ImagePull>)>>,
+    /// The containers' networks, with [`ContainerNetwork::Cni`].
+    cni: Option<crate::cni::Cni>,
 }
 
 impl ContainerdRuntime {
@@ -204,9 +246,14 @@ impl ContainerdRuntime {
         config: ContainerdConfig,
     ) -> Result<ContainerdRuntime, RuntimeError> {
         let conn = Conn::connect(socket.as_ref(), namespace, config.timeout).await?;
+        let cni = match &config.network {
+            ContainerNetwork::Host => None,
+            ContainerNetwork::Cni(cni) => Some(crate::cni::Cni::new(cni.clone())),
+        };
         Ok(ContainerdRuntime {
             inner: Arc::new(Inner {
                 conn,
+                cni,
                 config,
                 use_fallback: AtomicBool::new(false),
                 failed: Mutex::default(),

@@ -44,7 +44,8 @@ impl Inner {
         let ours = containers
             .into_iter()
             .filter(|c| c.labels.contains_key(INSTANCE));
-        Ok(ours.map(|c| observed(&c, tasks.get(&c.id))).collect())
+        let host = self.config.host.as_str();
+        Ok(ours.map(|c| observed(&c, tasks.get(&c.id), host)).collect())
     }
 
     pub(super) async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
@@ -113,7 +114,7 @@ fn task_container(task: &Process) -> &str {
 }
 
 /// How a container and its task (if any) look to the agent.
-fn observed(container: &Container, task: Option<&Process>) -> ObservedInstance {
+fn observed(container: &Container, task: Option<&Process>, host: &str) -> ObservedInstance {
     let stopped = container.labels.get(STOPPED).is_some_and(|v| v == "true");
     let state = match task.map(|t| (TaskStatus::try_from(t.status), t.exit_status)) {
         None if stopped => InstanceState::Stopped,
@@ -128,7 +129,11 @@ fn observed(container: &Container, task: Option<&Process>) -> ObservedInstance {
         Some(_) => InstanceState::Starting,
     };
     let mut instance = ObservedInstance::new(container.id.clone(), state);
-    instance.address = container.labels.get(PORT).map(|p| format!("127.0.0.1:{p}"));
+    instance.address = container
+        .labels
+        .get(PORT)
+        .and_then(|p| p.parse().ok())
+        .map(|port| crate::address::served_at(host, port));
     instance.restarts = container
         .labels
         .get(RESTARTS)
@@ -211,14 +216,14 @@ mod tests {
             ..Process::default()
         };
         assert_eq!(
-            observed(&container, Some(&task)).state,
+            observed(&container, Some(&task), "127.0.0.1").state,
             InstanceState::Exited { code: 3 }
         );
         container
             .labels
             .insert(STOPPED.to_owned(), "true".to_owned());
         assert_eq!(
-            observed(&container, Some(&task)).state,
+            observed(&container, Some(&task), "127.0.0.1").state,
             InstanceState::Stopped
         );
     }

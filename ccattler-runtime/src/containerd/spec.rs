@@ -61,8 +61,10 @@ pub(crate) fn process(args: &[String], env: &[String], cwd: &str) -> Value {
 }
 
 /// The environment: the image's, then `PATH` if missing, then the spec's (overriding by key),
-/// then `PORT` for the first port.
-pub(crate) fn env(spec: &InstanceSpec, image: &ImageInfo) -> Vec<String> {
+/// then where to listen: `PORT` (the first port) and `PORT_{declared}`, each the host port on
+/// the node's network, or the declared port itself in a network namespace of its own
+/// (`own_network`).
+pub(crate) fn env(spec: &InstanceSpec, image: &ImageInfo, own_network: bool) -> Vec<String> {
     let mut env: Vec<String> = image.env.clone();
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned());
@@ -75,20 +77,32 @@ pub(crate) fn env(spec: &InstanceSpec, image: &ImageInfo) -> Vec<String> {
     for (key, value) in &spec.env {
         set(key, value);
     }
-    for (key, value) in spec.port_env() {
-        set(&key, &value);
+    if own_network {
+        for (i, binding) in spec.ports.iter().enumerate() {
+            let port = binding.port.to_string();
+            if i == 0 {
+                set("PORT", &port);
+            }
+            set(&format!("PORT_{}", binding.port), &port);
+        }
+    } else {
+        for (key, value) in spec.port_env() {
+            set(&key, &value);
+        }
     }
     env
 }
 
 /// The whole container spec. `files` are `(host file, path in the container)` pairs, bind-mounted
-/// read-only. With ports the container shares the node's network (no network namespace), so
-/// that `127.0.0.1:{port}` reaches it; without, it gets a network namespace of its own.
+/// read-only. With `netns` (its CNI network) the container joins that network namespace;
+/// without, a container with ports shares the node's network (no network namespace), so that
+/// `127.0.0.1:{port}` reaches it, and one without ports gets an empty namespace of its own.
 pub(crate) fn container(
     spec: &InstanceSpec,
     image: &ImageInfo,
     namespace: &str,
     files: &[(String, String)],
+    netns: Option<&Path>,
 ) -> Value {
     let args = args(spec, image);
     let mut mounts = default_mounts();
@@ -108,8 +122,10 @@ pub(crate) fn container(
         json!({"type": "uts"}),
         json!({"type": "mount"}),
     ];
-    if spec.ports.is_empty() {
-        namespaces.push(json!({"type": "network"}));
+    match netns {
+        Some(path) => namespaces.push(json!({"type": "network", "path": path})),
+        None if spec.ports.is_empty() => namespaces.push(json!({"type": "network"})),
+        None => {}
     }
     let mut resources = json!({"devices": [{"allow": false, "access": "rwm"}]});
     if spec.memory.bytes() > 0 {
@@ -121,7 +137,7 @@ pub(crate) fn container(
     }
     json!({
         "ociVersion": "1.0.2-dev",
-        "process": process(&args, &env(spec, image), &image.cwd),
+        "process": process(&args, &env(spec, image, netns.is_some()), &image.cwd),
         "root": {"path": "rootfs"},
         "hostname": hostname(&spec.id),
         "mounts": mounts,
@@ -202,7 +218,7 @@ mod tests {
             port: 8080,
             host: 20001,
         }];
-        let env = env(&spec, &image());
+        let env = env(&spec, &image(), false);
         assert_eq!(
             env,
             ["PATH=/bin", "A=spec", "PORT=20001", "PORT_8080=20001"]
@@ -215,7 +231,7 @@ mod tests {
         spec.cpu = Cpu::from_millis(500);
         spec.memory = Memory::from_bytes(64 << 20);
         let files = [("/host/f".to_owned(), "/etc/app.conf".to_owned())];
-        let oci = container(&spec, &image(), "ns", &files);
+        let oci = container(&spec, &image(), "ns", &files, None);
         assert_eq!(oci["process"]["args"], json!(["sleep", "1"]));
         assert_eq!(oci["linux"]["resources"]["cpu"]["quota"], 50_000);
         assert_eq!(oci["linux"]["resources"]["memory"]["limit"], 64 << 20);

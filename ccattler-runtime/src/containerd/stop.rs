@@ -48,6 +48,14 @@ impl Inner {
         self.ensure_stopped(id, Duration::ZERO).await?;
         self.delete_task(id).await?;
         self.delete_container(id).await?;
+        if let Some(cni) = &self.cni {
+            cni.detach(id)
+                .await
+                .map_err(|e| RuntimeError::Unreachable {
+                    message: format!("removing the network of {id} failed: {e}"),
+                    source: Some(Box::new(e)),
+                })?;
+        }
         let dir = self.instance_dir(id);
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}

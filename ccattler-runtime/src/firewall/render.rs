@@ -23,10 +23,7 @@ pub fn table_name(node: &str) -> String {
     if clean == node {
         format!("ccattler_{node}")
     } else {
-        // FNV-1a: stable across builds and platforms.
-        let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+        let hash = crate::names::stable_hash(node);
         format!("ccattler_{clean}_{:08x}", hash as u32)
     }
 }
@@ -35,10 +32,12 @@ pub fn table_name(node: &str) -> String {
 /// table is declared (so that deleting it works when it does not exist yet), deleted and
 /// written anew, so the kernel holds the old table or the new one, never a mix.
 ///
-/// The table's one chain hooks `input`: traffic from the node itself (`lo`) passes; TCP and
-/// UDP to a guarded port pass when their source address is in the guard's set, and are
-/// refused otherwise (TCP with a reset, UDP with ICMP port unreachable); everything else
-/// passes. An address in a set that is not an IP address is left out.
+/// The table's `input` chain judges connections to the node's own sockets (the host network):
+/// traffic from the node itself (`lo`) passes; TCP and UDP to a guarded port pass when their
+/// source address is in the guard's set, and are refused otherwise (TCP with a reset, UDP with
+/// ICMP port unreachable); everything else passes. Its `forward` chain judges the same way the
+/// connections whose destination was translated from a guarded host port to a container (CNI's
+/// `portmap`), by the port they were sent to. An address in a set that is not an IP address is left out.
 pub fn render(table: &str, rules: &NodeRules) -> String {
     let mut guarded = BTreeSet::new();
     let mut allow4 = BTreeSet::new();
@@ -67,6 +66,13 @@ pub fn render(table: &str, rules: &NodeRules) -> String {
          \t\tmeta l4proto { tcp, udp } th dport . ip6 saddr @allow6 accept\n\
          \t\tmeta l4proto tcp reject with tcp reset\n\
          \t\tmeta l4proto udp reject\n\
+         \t}\n\
+         \tchain forward {\n\
+         \t\ttype filter hook forward priority filter; policy accept;\n\
+         \t\tct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip saddr @allow4 accept\n\
+         \t\tct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip6 saddr @allow6 accept\n\
+         \t\tct status dnat meta l4proto tcp ct original proto-dst @guarded reject with tcp reset\n\
+         \t\tct status dnat meta l4proto udp ct original proto-dst @guarded reject\n\
          \t}\n}\n",
     );
     out

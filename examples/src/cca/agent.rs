@@ -62,6 +62,17 @@ pub enum AgentRuntime {
     Sim,
 }
 
+/// How `cca agent --runtime containerd` networks its containers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentNetwork {
+    /// A network namespace per container through the CNI plugins (bridge, host-local, portmap,
+    /// loopback): the container listens on its declared ports, mapped from its host ports.
+    #[default]
+    Cni,
+    /// Containers with ports share the node's network and listen on their host ports.
+    Host,
+}
+
 /// How `cca agent` enforces its node's network rules.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AgentFirewall {
@@ -184,6 +195,17 @@ pub struct AgentArgs {
     /// nftables and root or CAP_NET_ADMIN), `off` enforces nothing.
     #[arg(long, value_enum, value_name = "HOW", default_value_t = AgentFirewall::Nft)]
     pub firewall: AgentFirewall,
+    /// How containers are networked (with --runtime containerd): `cni`, a network namespace per
+    /// container through the CNI plugins in /usr/lib/cni or /opt/cni/bin (Debian:
+    /// containernetworking-plugins; needs root and iptables), or `host`, the node's network.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = AgentNetwork::Cni)]
+    pub network: AgentNetwork,
+    /// The bridge containers are plugged into (with --network cni).
+    #[arg(long, value_name = "NAME", default_value = "cca0")]
+    pub cni_bridge: String,
+    /// The containers' addresses on this node (with --network cni).
+    #[arg(long, value_name = "CIDR", default_value = "10.88.0.0/16")]
+    pub cni_subnet: String,
 }
 
 impl AgentArgs {
@@ -298,11 +320,23 @@ async fn containerd(
     agent: AgentConfig,
     store: HttpStore,
 ) -> Result<ExitCode, CliError> {
+    use ccattler_runtime::cni::CniConfig;
     use ccattler_runtime::containerd::{
-        ContainerdConfig, ContainerdRuntime, PullPolicy, RegistryCredentials,
+        ContainerNetwork, ContainerdConfig, ContainerdRuntime, PullPolicy, RegistryCredentials,
+    };
+    let network = match args.network {
+        AgentNetwork::Cni => ContainerNetwork::Cni(
+            CniConfig::default()
+                .state_dir(args.state_dir().join("cni"))
+                .bridge(args.cni_bridge.clone())
+                .subnet(args.cni_subnet.clone()),
+        ),
+        AgentNetwork::Host => ContainerNetwork::Host,
     };
     let mut config = ContainerdConfig::default()
         .state_dir(args.state_dir().join("containerd"))
+        .network(network)
+        .host(agent.address.clone())
         .pull_policy(match args.pull_policy {
             AgentPullPolicy::IfNotPresent => PullPolicy::IfNotPresent,
             AgentPullPolicy::Always => PullPolicy::Always,

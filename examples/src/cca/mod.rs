@@ -113,7 +113,7 @@ pub enum Command {
     /// Serve the HTTP API and run the standard controllers.
     Server(server::ServerArgs),
     /// Run one node's agent against `cca server`.
-    Agent(agent::AgentArgs),
+    Agent(Box<agent::AgentArgs>),
     /// Apply a .cca file through the API (all of it or nothing).
     Apply(remote::ApplyArgs),
     /// Print the facts under a key prefix (never secrets).
@@ -124,7 +124,7 @@ pub enum Command {
     Watch(remote::WatchArgs),
     /// Per service: desired, present, running and ready instances, and why any are unplaced.
     Status(remote::StatusArgs),
-    /// The nodes: alive or not, and their capacity.
+    /// The nodes: alive or not, their capacity, and the network rules each enforces.
     Nodes(remote::StatusArgs),
     /// Enrollment tokens for new nodes.
     Token(remote::TokenArgs),

@@ -32,8 +32,8 @@ pub struct ServiceRow {
     /// Why, one entry per distinct reason.
     pub reasons: Vec<String>,
     /// Whether the status controller has counted the current desired number, with every count
-    /// matching it, and no rebalancing move is in flight or about to start: nothing is left to
-    /// do for this service.
+    /// matching it, no rebalancing move in flight or about to start, and no instance on a live
+    /// node still stopping: nothing is left to do for this service.
     pub converged: bool,
 }
 

@@ -41,6 +41,9 @@ pub(super) struct Tally {
     /// dead node is held there (not replaced twice, stopped once its node is back) and does
     /// not count: a service whose replacement of it runs is settled.
     placed: BTreeMap<String, u32>,
+    /// Placements asked to stop, by key: their node and service. One on a live node is an
+    /// instance still stopping, and its service is not settled until it is gone.
+    stopping: HashMap<Key, (String, String)>,
     /// Unplaced instances by key: their service and the scheduler's reason.
     unplaced: HashMap<Key, (String, String)>,
     /// Per service, each distinct reason and how many instances it holds back.
@@ -107,6 +110,12 @@ impl Tally {
             }
             schema::PLACEMENTS => {
                 if let Some(a) = decoded::<Assignment>(fact)
+                    && a.state != DesiredState::Running
+                    && let Some(RecordKey::Placement { node, .. }) = RecordKey::parse(&fact.key)
+                {
+                    self.stopping
+                        .insert(fact.key.clone(), (node.to_owned(), a.service));
+                } else if let Some(a) = decoded::<Assignment>(fact)
                     && a.state == DesiredState::Running
                     && let Some(RecordKey::Placement { node, .. }) = RecordKey::parse(&fact.key)
                 {
@@ -155,6 +164,7 @@ impl Tally {
                 self.moves.remove(name());
             }
             schema::PLACEMENTS => {
+                self.stopping.remove(key);
                 if let Some((node, service)) = self.placements.remove(key) {
                     if self.nodes.contains(&node) {
                         count_down(&mut self.placed, &service, 1);
@@ -191,14 +201,25 @@ impl Tally {
 
     /// One row per declared service, in the order of their keys.
     pub(super) fn status(&self) -> ClusterStatus {
-        let services = self.specs.values().map(|spec| self.row(spec)).collect();
+        let mut stopping: BTreeMap<&str, u32> = BTreeMap::new();
+        for (node, service) in self.stopping.values() {
+            if self.nodes.contains(node) {
+                *stopping.entry(service.as_str()).or_default() += 1;
+            }
+        }
+        let services = self
+            .specs
+            .values()
+            .map(|spec| self.row(spec, stopping.get(spec.name.as_str()).copied().unwrap_or(0)))
+            .collect();
         ClusterStatus {
             services,
             nodes: self.nodes.len(),
         }
     }
 
-    fn row(&self, spec: &ServiceSpec) -> ServiceRow {
+    /// The row of `spec`, whose instances on live nodes still stopping are `stopping`.
+    fn row(&self, spec: &ServiceSpec, stopping: u32) -> ServiceRow {
         let resolved = self.effective.get(&spec.name);
         let desired = resolved.map_or(spec.instances, |e| e.instances);
         let counted = self.status.get(&spec.name);
@@ -214,7 +235,7 @@ impl Tally {
             })
             && unplaced == 0;
         // Settled too: no rebalancing move in flight (an extra instance placed) or about to
-        // start (a suggestion the instance controller acts on).
+        // start (a suggestion the instance controller acts on), and no instance still stopping.
         let placed = self.placed.get(&spec.name).copied().unwrap_or(0);
         let moving = placed > desired
             || (self.moves.contains_key(&spec.name) && !spec.stateful && spec.update.max_extra > 0);
@@ -230,7 +251,7 @@ impl Tally {
                 .into_iter()
                 .flat_map(|r| r.keys().cloned())
                 .collect(),
-            converged: converged && !moving,
+            converged: converged && !moving && stopping == 0,
         }
     }
 }
@@ -402,6 +423,37 @@ mod tests {
             web.converged,
             "web-5, held on dead n2, is not a move: {web:?}"
         );
+        Ok(())
+    }
+
+    /// A service whose count is met is not settled while an instance of it on a live node is
+    /// still stopping (its process may still run).
+    #[tokio::test]
+    async fn an_instance_still_stopping_holds_convergence() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let store = MemoryStore::new();
+        let put = async |key: Key, value: &[u8]| store.put(&key, value.to_vec().into()).await;
+        put(keys::service("web")?, &spec("web", 1)).await?;
+        put(keys::node_lease("n1")?, b"{}").await?;
+        put(
+            keys::effective("web")?,
+            br#"{"version":"v1","instances":1}"#,
+        )
+        .await?;
+        put(
+            keys::service_status("web")?,
+            br#"{"desired":1,"present":1,"running":1,"ready":1}"#,
+        )
+        .await?;
+        put(keys::placement("n1", "web-1")?, &placed("web", "running")).await?;
+        put(keys::placement("n1", "web-0")?, &placed("web", "stopped")).await?;
+        let web = |status: &ClusterStatus| status.services[0].converged;
+        assert!(
+            !web(&ClusterStatus::read(&store).await?),
+            "web-0 is stopping"
+        );
+        store.delete(&keys::placement("n1", "web-0")?).await?;
+        assert!(web(&ClusterStatus::read(&store).await?), "web-0 is gone");
         Ok(())
     }
 }
