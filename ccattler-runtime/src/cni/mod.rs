@@ -188,22 +188,25 @@ impl Cni {
     ///
     /// # Errors
     ///
-    /// [`CniError`] when a plugin fails or the namespace cannot be deleted; the results are
-    /// kept so that removing again retries.
+    /// [`CniError`] when a plugin fails or the namespace cannot be deleted. The namespace is
+    /// deleted even when a plugin fails; the results are then kept, so that detaching again
+    /// asks the plugins again.
     pub async fn detach(&self, id: &str) -> Result<(), CniError> {
         let name = Cni::netns_name(id);
-        match self.attached(id)? {
+        let removed = match self.attached(id)? {
             Some(attached) => {
                 let results = Some(&attached.results);
                 self.del(id, &attached.netns, &attached.ports, results)
-                    .await?;
+                    .await
             }
             None if netns::path(&name).exists() => {
-                self.del(id, &netns::path(&name), &[], None).await?;
+                self.del(id, &netns::path(&name), &[], None).await
             }
-            None => {}
-        }
+            None => Ok(()),
+        };
+        // The namespace goes whatever the plugins said: a DEL retried later needs none.
         netns::delete(&name).await?;
+        removed?;
         let path = self.result_path(id);
         match std::fs::remove_file(&path) {
             Err(source) if source.kind() != std::io::ErrorKind::NotFound => {

@@ -37,7 +37,8 @@ pub fn table_name(node: &str) -> String {
 /// source address is in the guard's set, and are refused otherwise (TCP with a reset, UDP with
 /// ICMP port unreachable); everything else passes. Its `forward` chain judges the same way the
 /// connections whose destination was translated from a guarded host port to a container (CNI's
-/// `portmap`), by the port they were sent to. An address in a set that is not an IP address is left out.
+/// `portmap`), by the port they were sent to, in the direction they were opened (the
+/// container's answers pass). An address in a set that is not an IP address is left out.
 pub fn render(table: &str, rules: &NodeRules) -> String {
     let mut guarded = BTreeSet::new();
     let mut allow4 = BTreeSet::new();
@@ -69,10 +70,10 @@ pub fn render(table: &str, rules: &NodeRules) -> String {
          \t}\n\
          \tchain forward {\n\
          \t\ttype filter hook forward priority filter; policy accept;\n\
-         \t\tct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip saddr @allow4 accept\n\
-         \t\tct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip6 saddr @allow6 accept\n\
-         \t\tct status dnat meta l4proto tcp ct original proto-dst @guarded reject with tcp reset\n\
-         \t\tct status dnat meta l4proto udp ct original proto-dst @guarded reject\n\
+         \t\tct direction original ct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip saddr @allow4 accept\n\
+         \t\tct direction original ct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip6 saddr @allow6 accept\n\
+         \t\tct direction original ct status dnat meta l4proto tcp ct original proto-dst @guarded reject with tcp reset\n\
+         \t\tct direction original ct status dnat meta l4proto udp ct original proto-dst @guarded reject\n\
          \t}\n}\n",
     );
     out

@@ -36,7 +36,9 @@ impl Namespace {
                     let _ = containerd
                         .ensure_stopped(&instance.id, Duration::from_millis(100))
                         .await;
-                    let _ = containerd.remove(&instance.id).await;
+                    if let Err(error) = containerd.remove(&instance.id).await {
+                        eprintln!("emptying {name}: {error}");
+                    }
                 }
             });
         });

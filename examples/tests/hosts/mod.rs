@@ -132,6 +132,23 @@ impl Hosts {
         command
     }
 
+    /// `program` to run on host `i` in its network namespace only (`nsenter --net`): unlike
+    /// [`command`](Self::command), it keeps this machine's mount namespace, so the network
+    /// namespaces it makes under `/run/netns` (CNI's, one per container) are seen by
+    /// containerd too.
+    pub(crate) fn command_net_only(
+        &self,
+        i: usize,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net=/run/netns/{}", self.hosts[i].ns))
+            .arg("--")
+            .arg(program);
+        command
+    }
+
     /// What `command` printed on stdout, trimmed.
     pub(crate) fn stdout(mut command: Command) -> String {
         let out = command.output().expect("the command runs");
