@@ -31,6 +31,26 @@ struct Made {
     servers: Vec<Child>,
 }
 
+impl Made {
+    /// Plugs the client namespace in: a veth whose end here has `node` and whose end there
+    /// (`eth9`) has `client`, both /24.
+    fn plug_client(&self, node: &str, client: &str) {
+        ip(&["netns", "add", &self.client]);
+        let peer = ["peer", "name", "eth9", "netns", &self.client];
+        ip(&[&["link", "add", &self.veth, "type", "veth"][..], &peer[..]].concat());
+        ip(&["addr", "add", &format!("{node}/24"), "dev", &self.veth]);
+        ip(&["link", "set", &self.veth, "up"]);
+        let there = ["-n", &self.client];
+        ip(&[
+            &there[..],
+            &["addr", "add", &format!("{client}/24"), "dev", "eth9"],
+        ]
+        .concat());
+        ip(&[&there[..], &["link", "set", "eth9", "up"]].concat());
+        ip(&[&there[..], &["link", "set", "lo", "up"]].concat());
+    }
+}
+
 impl Drop for Made {
     fn drop(&mut self) {
         for server in &mut self.servers {
@@ -155,32 +175,7 @@ async fn containers_get_their_own_network_and_their_host_ports() {
 
     // Another host: a namespace with a veth to this one.
     let node = format!("10.234.{net}.1");
-    ip(&["netns", "add", &made.client]);
-    ip(&[
-        "link",
-        "add",
-        &made.veth,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth9",
-        "netns",
-        &made.client,
-    ]);
-    ip(&["addr", "add", &format!("{node}/24"), "dev", &made.veth]);
-    ip(&["link", "set", &made.veth, "up"]);
-    ip(&[
-        "-n",
-        &made.client,
-        "addr",
-        "add",
-        &format!("10.234.{net}.2/24"),
-        "dev",
-        "eth9",
-    ]);
-    ip(&["-n", &made.client, "link", "set", "eth9", "up"]);
-    ip(&["-n", &made.client, "link", "set", "lo", "up"]);
+    made.plug_client(&node, &format!("10.234.{net}.2"));
     let mut answers = (String::new(), String::new());
     for _ in 0..50 {
         answers = (
@@ -300,31 +295,7 @@ async fn containerd_containers_get_their_own_network() {
         .await
         .expect("imported");
 
-    ip(&["netns", "add", &made.client]);
-    ip(&[
-        "link",
-        "add",
-        &made.veth,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth9",
-        "netns",
-        &made.client,
-    ]);
-    ip(&["addr", "add", &format!("{node}/24"), "dev", &made.veth]);
-    ip(&["link", "set", &made.veth, "up"]);
-    ip(&[
-        "-n",
-        &made.client,
-        "addr",
-        "add",
-        &format!("10.236.{net}.2/24"),
-        "dev",
-        "eth9",
-    ]);
-    ip(&["-n", &made.client, "link", "set", "eth9", "up"]);
+    made.plug_client(&node, &format!("10.236.{net}.2"));
 
     let script = "mkdir -p /tmp/w && echo $NAME > /tmp/w/who && exec httpd -f -p $PORT -h /tmp/w";
     let mut specs = Vec::new();

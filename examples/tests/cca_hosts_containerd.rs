@@ -16,7 +16,6 @@ mod hosts;
 mod processes;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use ccattler_runtime::cni::CniConfig;
@@ -197,20 +196,7 @@ async fn containers_on_hosts_are_reached_and_guarded() {
     eprintln!("rules in force after {took:?}");
     assert_eq!(hosts.http(0, &db[1]), "000");
     assert_ne!(hosts.http(2, &db[1]), "000");
-    let outside = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "3",
-        ])
-        .arg(format!("http://{}/", db[0]))
-        .output()
-        .expect("curl runs");
-    assert_eq!(String::from_utf8_lossy(&outside.stdout), "000");
+    assert_eq!(hosts.http_outside(&db[0]), "000");
     drop(children);
     drop(namespaces);
 }

@@ -126,20 +126,7 @@ async fn policy_lets_allowed_callers_through_and_follows_them() {
     assert!(table.contains("chain input"), "host 1's table: {table}");
     // An address outside the cluster (this test process) is refused too, and host 1 itself
     // (its agent's probes) is not.
-    let outside = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "3",
-        ])
-        .arg(format!("http://{db}/"))
-        .output()
-        .expect("curl runs");
-    assert_eq!(String::from_utf8_lossy(&outside.stdout), "000");
+    assert_eq!(hosts.http_outside(&db), "000");
     assert_ne!(hosts.http(1, &db), "000");
     let report = get(&url, &admin, "observed/network/h1");
     assert!(

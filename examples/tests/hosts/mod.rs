@@ -179,7 +179,16 @@ impl Hosts {
     /// The HTTP status host `from` gets from `http://{target}/` ("000": no connection, or a
     /// connection refused or reset).
     pub(crate) fn http(&self, from: usize, target: &str) -> String {
-        let mut curl = self.command(from, "curl");
+        Hosts::curl(self.command(from, "curl"), target)
+    }
+
+    /// The HTTP status this test process gets from `http://{target}/`: an address on the
+    /// bridge that is no host of the cluster ("000": no connection).
+    pub(crate) fn http_outside(&self, target: &str) -> String {
+        Hosts::curl(Command::new("curl"), target)
+    }
+
+    fn curl(mut curl: Command, target: &str) -> String {
         curl.args([
             "-s",
             "-o",
