@@ -63,8 +63,8 @@ struct NodeEntry {
 }
 
 impl NetworkInputs {
-    /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted. Keys
-    /// of other records are ignored.
+    /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted. A
+    /// change of a node's rule set touches that node; keys of other records are ignored.
     pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
         match RecordKey::parse(key) {
             Some(RecordKey::NetworkPolicy) => {
@@ -86,6 +86,12 @@ impl NetworkInputs {
                         .map(|placed| placed.service.clone());
                     self.moved.extend(services.collect::<Vec<_>>());
                 }
+            }
+            // A rule set written by anyone (a late commit of an earlier pass included) is
+            // derived again, so a wrong one does not stay.
+            Some(RecordKey::NodeRules(node)) => {
+                let id = self.node_id(node);
+                self.touch(id);
             }
             Some(RecordKey::Placement { node, instance }) => {
                 if let Some(old) = self.placements.remove(key) {

@@ -20,6 +20,8 @@ enum Step {
     Policy(Vec<(bool, usize, usize, Option<u16>)>),
     /// The controller passes; `commit`: its changes are committed.
     Pass { commit: bool },
+    /// Someone else (a late commit of an earlier pass) writes node `n`'s rule set.
+    Stray(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -33,6 +35,7 @@ fn step() -> impl Strategy<Value = Step> {
         )
         .prop_map(Step::Policy),
         4 => any::<bool>().prop_map(|commit| Step::Pass { commit }),
+        1 => (0..4usize).prop_map(Step::Stray),
     ]
 }
 
@@ -115,6 +118,15 @@ fn run(steps: Vec<Step>) {
                     };
                     put(&mut view, &mut revision, key, schema::encode(&policy));
                 }
+            }
+            Step::Stray(n) => {
+                let key = keys::node_rules(&format!("n{n}")).unwrap();
+                put(
+                    &mut view,
+                    &mut revision,
+                    key,
+                    schema::encode(&NodeRules::default()),
+                );
             }
             Step::Pass { commit } => {
                 let changes = pass(&controller, &view);
