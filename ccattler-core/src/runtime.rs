@@ -65,14 +65,25 @@ impl InstanceSpec {
     /// The environment variables that tell the instance its ports: `PORT`, the first host
     /// port, and `PORT_{declared}` for each declared port (`PORT_8080=20001`).
     pub fn port_env(&self) -> Vec<(String, String)> {
+        self.ports_env(|b| b.host)
+    }
+
+    /// [`port_env`](Self::port_env) for an instance in a network namespace of its own, whose
+    /// host ports are mapped to its declared ports: it listens on the declared ports
+    /// (`PORT_8080=8080`).
+    pub fn declared_port_env(&self) -> Vec<(String, String)> {
+        self.ports_env(|b| b.port)
+    }
+
+    fn ports_env(&self, listen: fn(&PortBinding) -> u16) -> Vec<(String, String)> {
         let first = self
             .ports
             .first()
-            .map(|b| ("PORT".to_owned(), b.host.to_string()));
+            .map(|b| ("PORT".to_owned(), listen(b).to_string()));
         let each = self
             .ports
             .iter()
-            .map(|b| (format!("PORT_{}", b.port), b.host.to_string()));
+            .map(|b| (format!("PORT_{}", b.port), listen(b).to_string()));
         first.into_iter().chain(each).collect()
     }
 

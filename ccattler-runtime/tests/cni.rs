@@ -89,6 +89,23 @@ fn serve(netns: &str, dir: &Path) -> Child {
         .expect("python3 starts")
 }
 
+/// What `who` answers from namespace `from` at `node`'s two `ports`, once both answer, or
+/// after 10 s of trying.
+async fn who_answers(from: &str, node: &str, ports: [u16; 2]) -> (String, String) {
+    let mut answers = (String::new(), String::new());
+    for _ in 0..100 {
+        answers = (
+            who(from, &format!("{node}:{}", ports[0])),
+            who(from, &format!("{node}:{}", ports[1])),
+        );
+        if !answers.0.is_empty() && !answers.1.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    answers
+}
+
 /// What `http://{target}/who` answers from namespace `from` (empty: no answer).
 fn who(from: &str, target: &str) -> String {
     let out = Command::new("ip")
@@ -176,17 +193,7 @@ async fn containers_get_their_own_network_and_their_host_ports() {
     // Another host: a namespace with a veth to this one.
     let node = format!("10.234.{net}.1");
     made.plug_client(&node, &format!("10.234.{net}.2"));
-    let mut answers = (String::new(), String::new());
-    for _ in 0..50 {
-        answers = (
-            who(&made.client, &format!("{node}:20401")),
-            who(&made.client, &format!("{node}:20402")),
-        );
-        if answers == ("a".to_owned(), "b".to_owned()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let answers = who_answers(&made.client, &node, [20401, 20402]).await;
     assert_eq!(
         answers,
         ("a".to_owned(), "b".to_owned()),
@@ -309,17 +316,7 @@ async fn containerd_containers_get_their_own_network() {
         runtime.ensure_running(&spec).await.expect("started");
         specs.push(spec);
     }
-    let mut answers = (String::new(), String::new());
-    for _ in 0..100 {
-        answers = (
-            who(&made.client, &format!("{node}:20501")),
-            who(&made.client, &format!("{node}:20502")),
-        );
-        if answers == ("a".to_owned(), "b".to_owned()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let answers = who_answers(&made.client, &node, [20501, 20502]).await;
     assert_eq!(
         answers,
         ("a".to_owned(), "b".to_owned()),

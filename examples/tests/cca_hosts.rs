@@ -13,10 +13,7 @@ mod processes;
 use std::time::Duration;
 
 use hosts::Hosts;
-use processes::{
-    Children, Workloads, admin_token, apply, enrollment_token, has_tool, spawn_agent, spawn_server,
-    unique, wait_for,
-};
+use processes::{Children, Workloads, admin_token, apply, has_tool, unique, wait_for};
 
 const CCA: &str = env!("CARGO_BIN_EXE_cca");
 
@@ -39,15 +36,7 @@ async fn instances_are_reached_across_hosts_and_outlive_a_cut() {
     let _workloads = Workloads(marker.clone());
     let mut children = Children::default();
 
-    let server = hosts.hosts[0].address.to_string();
-    let flags = ["--dns".to_owned(), format!("{server}:53")];
-    let (child, url) = spawn_server(
-        hosts.command(0, CCA),
-        &dir,
-        &format!("{server}:0"),
-        &flags,
-        1,
-    );
+    let (child, url, server) = hosts.start_server(CCA, &dir);
     children.0.push(child);
     let admin = admin_token(&dir);
     let agent_flags = [
@@ -61,16 +50,11 @@ async fn instances_are_reached_across_hosts_and_outlive_a_cut() {
         "4s",
     ];
     for i in [1, 2] {
-        let token = enrollment_token(&url, &admin);
-        let node = format!("h{i}");
-        children.0.push(spawn_agent(
-            hosts.command(i, CCA),
-            &dir,
-            &url,
-            &node,
-            &token,
-            &agent_flags,
-        ));
+        let cluster = (dir.as_path(), url.as_str(), admin.as_str());
+        let command = hosts.command(i, CCA);
+        children
+            .0
+            .push(hosts.start_agent(command, i, cluster, &agent_flags));
     }
 
     let doc = format!(

@@ -23,9 +23,7 @@ use ccattler_runtime::containerd::test_image::{self, DEBIAN_BUSYBOX, write_busyb
 use ccattler_runtime::containerd::{ContainerNetwork, ContainerdConfig, ContainerdRuntime};
 use containerd_ns::Namespace;
 use hosts::Hosts;
-use processes::{
-    Children, admin_token, apply, enrollment_token, has_tool, spawn_agent, spawn_server, wait_for,
-};
+use processes::{Children, admin_token, apply, has_tool, wait_for};
 
 const CCA: &str = env!("CARGO_BIN_EXE_cca");
 const TEST: &str = "containers_on_hosts_are_reached_and_guarded";
@@ -105,20 +103,11 @@ async fn containers_on_hosts_are_reached_and_guarded() {
         return;
     };
     let mut children = Children::default();
-    let server = hosts.hosts[0].address.to_string();
-    let flags = ["--dns".to_owned(), format!("{server}:53")];
-    let (child, url) = spawn_server(
-        hosts.command(0, CCA),
-        &dir,
-        &format!("{server}:0"),
-        &flags,
-        1,
-    );
+    let (child, url, server) = hosts.start_server(CCA, &dir);
     children.0.push(child);
     let admin = admin_token(&dir);
     let socket_arg = socket.to_string_lossy().into_owned();
     for (i, role) in [(1, "db"), (2, "web")] {
-        let token = enrollment_token(&url, &admin);
         let labels = format!("role={role}");
         let agent_flags = [
             "--runtime",
@@ -138,14 +127,11 @@ async fn containers_on_hosts_are_reached_and_guarded() {
             "--labels",
             &labels,
         ];
-        children.0.push(spawn_agent(
-            hosts.command_net_only(i, CCA),
-            &dir,
-            &url,
-            &format!("h{i}"),
-            &token,
-            &agent_flags,
-        ));
+        let cluster = (dir.as_path(), url.as_str(), admin.as_str());
+        let command = hosts.command_net_only(i, CCA);
+        children
+            .0
+            .push(hosts.start_agent(command, i, cluster, &agent_flags));
     }
 
     // Two containers of db on host 1, two of web on host 2: one declared port, two host ports.

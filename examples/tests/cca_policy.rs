@@ -15,10 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hosts::Hosts;
-use processes::{
-    Children, Workloads, admin_token, apply, enrollment_token, has_tool, spawn_agent, spawn_server,
-    unique, wait_for,
-};
+use processes::{Children, Workloads, admin_token, apply, has_tool, unique, wait_for};
 
 const CCA: &str = env!("CARGO_BIN_EXE_cca");
 
@@ -69,19 +66,10 @@ async fn policy_lets_allowed_callers_through_and_follows_them() {
     let _workloads = Workloads(marker.clone());
     let mut children = Children::default();
 
-    let server = hosts.hosts[0].address.to_string();
-    let flags = ["--dns".to_owned(), format!("{server}:53")];
-    let (child, url) = spawn_server(
-        hosts.command(0, CCA),
-        &dir,
-        &format!("{server}:0"),
-        &flags,
-        1,
-    );
+    let (child, url, server) = hosts.start_server(CCA, &dir);
     children.0.push(child);
     let admin = admin_token(&dir);
     for (i, role) in [(1, "db"), (2, "front"), (3, "back")] {
-        let token = enrollment_token(&url, &admin);
         let labels = format!("role={role}");
         let agent_flags = [
             "--cpu",
@@ -95,14 +83,11 @@ async fn policy_lets_allowed_callers_through_and_follows_them() {
             "--labels",
             &labels,
         ];
-        children.0.push(spawn_agent(
-            hosts.command(i, CCA),
-            &dir,
-            &url,
-            &format!("h{i}"),
-            &token,
-            &agent_flags,
-        ));
+        let cluster = (dir.as_path(), url.as_str(), admin.as_str());
+        let command = hosts.command(i, CCA);
+        children
+            .0
+            .push(hosts.start_agent(command, i, cluster, &agent_flags));
     }
 
     apply(&dir, &url, &admin, &document(&marker, "front", "back"), &[]);

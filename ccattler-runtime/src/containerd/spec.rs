@@ -77,18 +77,13 @@ pub(crate) fn env(spec: &InstanceSpec, image: &ImageInfo, own_network: bool) -> 
     for (key, value) in &spec.env {
         set(key, value);
     }
-    if own_network {
-        for (i, binding) in spec.ports.iter().enumerate() {
-            let port = binding.port.to_string();
-            if i == 0 {
-                set("PORT", &port);
-            }
-            set(&format!("PORT_{}", binding.port), &port);
-        }
+    let ports = if own_network {
+        spec.declared_port_env()
     } else {
-        for (key, value) in spec.port_env() {
-            set(&key, &value);
-        }
+        spec.port_env()
+    };
+    for (key, value) in ports {
+        set(&key, &value);
     }
     env
 }
@@ -223,6 +218,14 @@ mod tests {
             env,
             ["PATH=/bin", "A=spec", "PORT=20001", "PORT_8080=20001"]
         );
+        // In a network namespace of its own it listens on the declared port, mapped from the
+        // host port, and joins that namespace.
+        let own = super::env(&spec, &image(), true);
+        assert_eq!(own, ["PATH=/bin", "A=spec", "PORT=8080", "PORT_8080=8080"]);
+        let netns = Path::new("/run/netns/cca-1");
+        let oci = container(&spec, &image(), "ns", &[], Some(netns));
+        let namespaces = oci["linux"]["namespaces"].as_array().expect("namespaces");
+        assert!(namespaces.contains(&json!({"type": "network", "path": netns})));
     }
 
     #[test]

@@ -58,30 +58,42 @@ pub fn render(table: &str, rules: &NodeRules) -> String {
     set(&mut out, "guarded", "inet_service", &guarded);
     set(&mut out, "allow4", "inet_service . ipv4_addr", &allow4);
     set(&mut out, "allow6", "inet_service . ipv6_addr", &allow6);
-    out.push_str(
-        "\tchain input {\n\
-         \t\ttype filter hook input priority filter; policy accept;\n\
-         \t\tiif \"lo\" accept\n\
-         \t\tmeta l4proto { tcp, udp } th dport != @guarded accept\n\
-         \t\tmeta l4proto { tcp, udp } th dport . ip saddr @allow4 accept\n\
-         \t\tmeta l4proto { tcp, udp } th dport . ip6 saddr @allow6 accept\n\
-         \t\tmeta l4proto tcp reject with tcp reset\n\
-         \t\tmeta l4proto udp reject\n\
-         \t}\n\
-         \tchain forward {\n\
-         \t\ttype filter hook forward priority filter; policy accept;\n\
-         \t\tct direction original ct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip saddr @allow4 accept\n\
-         \t\tct direction original ct status dnat meta l4proto { tcp, udp } ct original proto-dst . ip6 saddr @allow6 accept\n\
-         \t\tct direction original ct status dnat meta l4proto tcp ct original proto-dst @guarded reject with tcp reset\n\
-         \t\tct direction original ct status dnat meta l4proto udp ct original proto-dst @guarded reject\n\
-         \t}\n}\n",
-    );
+    let before = [
+        "iif \"lo\" accept",
+        "meta l4proto { tcp, udp } th dport != @guarded accept",
+    ];
+    chain(&mut out, "input", &before, "", "th dport");
+    let when = "ct direction original ct status dnat ";
+    chain(&mut out, "forward", &[], when, "ct original proto-dst");
+    out.push_str("}\n");
     out
 }
 
 /// The script that removes table `table` (family `inet`), whether or not it exists.
 pub fn removal(table: &str) -> String {
     format!("table inet {table}\ndelete table inet {table}\n")
+}
+
+/// A base chain on `hook` that runs `before`, then judges the packets that match `when` by the
+/// port `port` names: let through from the guard's addresses, refused when guarded.
+fn chain(out: &mut String, hook: &str, before: &[&str], when: &str, port: &str) {
+    let _ = writeln!(out, "\tchain {hook} {{");
+    let _ = writeln!(
+        out,
+        "\t\ttype filter hook {hook} priority filter; policy accept;"
+    );
+    for line in before {
+        let _ = writeln!(out, "\t\t{line}");
+    }
+    let both = "meta l4proto { tcp, udp }";
+    let _ = writeln!(out, "\t\t{when}{both} {port} . ip saddr @allow4 accept");
+    let _ = writeln!(out, "\t\t{when}{both} {port} . ip6 saddr @allow6 accept");
+    let _ = writeln!(
+        out,
+        "\t\t{when}meta l4proto tcp {port} @guarded reject with tcp reset"
+    );
+    let _ = writeln!(out, "\t\t{when}meta l4proto udp {port} @guarded reject");
+    out.push_str("\t}\n");
 }
 
 fn set(out: &mut String, name: &str, kind: &str, elements: &BTreeSet<impl std::fmt::Display>) {

@@ -11,7 +11,10 @@
 #![allow(dead_code)]
 
 use std::net::Ipv4Addr;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Child, Command};
+
+use crate::processes::{enrollment_token, spawn_agent, spawn_server};
 
 /// One host: its namespace and its address on the bridge.
 #[derive(Clone, Debug)]
@@ -147,6 +150,31 @@ impl Hosts {
             .arg("--")
             .arg(program);
         command
+    }
+
+    /// Starts `cca` (the binary at `cca`) `server --dns` on host 0, logging under `dir`: DNS on
+    /// port 53 of its address, the API on a free port. Returns the child, the API's URL and
+    /// the DNS server's address.
+    pub(crate) fn start_server(&self, cca: &str, dir: &Path) -> (Child, String, String) {
+        let server = self.hosts[0].address.to_string();
+        let flags = ["--dns".to_owned(), format!("{server}:53")];
+        let listen = format!("{server}:0");
+        let (child, url) = spawn_server(self.command(0, cca), dir, &listen, &flags, 1);
+        (child, url, server)
+    }
+
+    /// Enrolls node `h{i}` with the server at `url` and starts its agent with `flags`, run by
+    /// `command` (host `i`'s `cca`, from [`command`](Self::command) or
+    /// [`command_net_only`](Self::command_net_only)).
+    pub(crate) fn start_agent(
+        &self,
+        command: Command,
+        i: usize,
+        (dir, url, admin): (&Path, &str, &str),
+        flags: &[&str],
+    ) -> Child {
+        let token = enrollment_token(url, admin);
+        spawn_agent(command, dir, url, &format!("h{i}"), &token, flags)
     }
 
     /// What `command` printed on stdout, trimmed.
