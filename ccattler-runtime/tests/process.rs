@@ -1,5 +1,6 @@
 //! ProcessRuntime beyond the conformance suite: files and secrets, environment and PORT, the log
-//! cap, pid reuse after a restart, unwritable directories, limits, exec timeouts.
+//! cap, pid reuse after a restart, unwritable directories, limits, exec timeouts, stops that wait
+//! for every process of the instance.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -300,4 +301,54 @@ async fn limits_never_fail_a_start_and_exec_times_out() {
     assert!(begun.elapsed() < Duration::from_secs(5));
     rt.remove("limited-1").await.expect("remove");
     assert!(!fx.root().join("instances/limited-1").exists());
+}
+
+/// Processes whose working directory is under `dir`, zombies aside.
+fn live_processes_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cwd) = fs::read_link(entry.path().join("cwd")) else {
+            continue;
+        };
+        let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.trim().chars().next());
+        if cwd.starts_with(dir) && !matches!(state, Some('Z' | 'X') | None) {
+            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_stop_ends_once_every_process_of_the_instance_has() {
+    let mut fx = Fixture::new();
+    let rt = fx.runtime(ProcessConfig::default());
+    // Children that ignore SIGTERM and spin; as root they share a CPU quota of 1 ms per 100 ms
+    // (the instance's cgroup), so they are slow to die even of SIGKILL, after their leader.
+    let spin = "(trap '' TERM; while :; do :; done)";
+    let mut spec = sh(
+        "family-1",
+        &format!("{spin} & {spin} & {spin} & exec sleep 1000"),
+    );
+    spec.cpu = Cpu::from_millis(1);
+    rt.ensure_running(&spec).await.expect("start");
+    wait_state(&rt, "family-1", InstanceState::Running).await;
+    let work = rt.work_dir("family-1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while live_processes_under(&work).len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            live_processes_under(&work)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rt.ensure_stopped("family-1", Duration::from_millis(100))
+        .await
+        .expect("stop");
+    assert_eq!(live_processes_under(&work), Vec::<String>::new());
 }

@@ -19,13 +19,16 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ccattler_core::schema::{Cpu, Memory};
-use nix::unistd::{SysconfVar, geteuid, sysconf};
+use nix::sys::signal::killpg;
+use nix::unistd::{Pid, SysconfVar, geteuid, sysconf};
 
 /// The fields of `/proc/<pid>/stat` the runtime uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct ProcStat {
     /// The state letter (`R`, `S`, `Z`, ...).
     pub(super) state: char,
+    /// The process group (field 5).
+    pub(super) group: u32,
     /// User plus system CPU time, in clock ticks.
     pub(super) cpu_ticks: u64,
     /// When the process started, in clock ticks since boot (field 22).
@@ -41,6 +44,7 @@ pub(super) fn parse_stat(text: &str) -> Option<ProcStat> {
     let number = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
     Some(ProcStat {
         state: fields.first()?.chars().next()?,
+        group: u32::try_from(number(5)?).ok()?,
         cpu_ticks: number(14)?.checked_add(number(15)?)?,
         start_time: number(22)?,
     })
@@ -55,6 +59,27 @@ pub(super) fn stat(pid: u32) -> Option<ProcStat> {
 /// the kernel gave to another process since never matches.
 pub(super) fn is_same_process(pid: u32, start_time: u64) -> bool {
     matches!(stat(pid), Some(s) if s.start_time == start_time && s.state != 'Z' && s.state != 'X')
+}
+
+/// Whether process group `group` still has a member that is not a zombie. A member that got
+/// SIGKILL may take a moment to end (longer when its cgroup's CPU quota is spent), and the
+/// leader's children may outlive it; a stop is complete only once none is left.
+pub(super) fn group_has_live_members(group: u32) -> bool {
+    let Ok(pgid) = i32::try_from(group) else {
+        return false;
+    };
+    // The cheap answer first: no member at all, zombie or not.
+    if killpg(Pid::from_raw(pgid), None).is_err() {
+        return false;
+    }
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return true;
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(stat)
+        .any(|s| s.group == group && s.state != 'Z' && s.state != 'X')
 }
 
 /// Clock ticks per second (`CLK_TCK`), 100 when it cannot be read.
@@ -218,6 +243,7 @@ mod tests {
                     123456 5000000 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0";
         let s = parse_stat(line).expect("parses");
         assert_eq!(s.state, 'S');
+        assert_eq!(s.group, 4242);
         assert_eq!(s.cpu_ticks, 12);
         assert_eq!(s.start_time, 123_456);
     }

@@ -28,7 +28,9 @@
 //! # Guarantees
 //!
 //! - Stop: SIGTERM to the process group, up to `grace` to end, then SIGKILL to the group; what
-//!   is left of the group once the leader ended is killed too. The result is `Stopped`.
+//!   is left of the group once the leader ended is killed too. A stop returns once no process of
+//!   the group is left (a process that left the group with `setsid` is not followed). The result
+//!   is `Stopped`.
 //! - Exit codes: a process this runtime object started is reaped, and its code (128 plus the
 //!   signal when killed) is reported as [`InstanceState::Exited`](ccattler_core::InstanceState).
 //! - Adoption: [`ProcessRuntime::new`] reads every `state.json` under the root. A process whose
@@ -181,12 +183,16 @@ impl ProcessRuntime {
     /// Kills every running instance at once (SIGKILL to each process group, no grace) and
     /// records them `Stopped`. For tests, benches and throwaway runtimes: an agent stops
     /// instances one by one with [`Runtime::ensure_stopped`](ccattler_core::Runtime).
+    ///
+    /// Returns once every killed process group is gone, or after a few seconds at most.
     pub fn kill_all(&self) {
         let mut entries = self.inner.entries.lock();
+        let mut groups = Vec::new();
         for entry in entries.values_mut() {
             if let Some(pid) = entry.running_pid() {
                 entry.record.stopping = true;
                 runtime::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                groups.push(pid);
             }
         }
         for entry in entries.values_mut() {
@@ -195,6 +201,12 @@ impl ProcessRuntime {
                 let _ = child.wait();
             }
             entry.refresh(&self.inner.layout);
+        }
+        let deadline = std::time::Instant::now() + runtime::KILL_WAIT;
+        groups.retain(|group| host::group_has_live_members(*group));
+        while !groups.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(runtime::STOP_POLL);
+            groups.retain(|group| host::group_has_live_members(*group));
         }
     }
 }

@@ -16,16 +16,30 @@ use super::record::{Record, Status};
 use super::{Entry, ProcessRuntime, disk, host, spawn};
 
 /// How often a stop looks whether the process ended.
-const STOP_POLL: Duration = Duration::from_millis(5);
+pub(super) const STOP_POLL: Duration = Duration::from_millis(5);
 
 /// How long a SIGKILLed process may take to be seen gone before a stop reports a timeout.
-const KILL_WAIT: Duration = Duration::from_secs(5);
+pub(super) const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Signals a process group; a group that is already gone is not an error.
 pub(super) fn signal_group(pid: u32, signal: Signal) {
     if let Ok(pid) = i32::try_from(pid) {
         let _ = killpg(Pid::from_raw(pid), signal);
     }
+}
+
+/// Waits until process group `group` has no live member, up to `limit`. Returns whether it
+/// has none.
+async fn wait_group_end(group: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while host::group_has_live_members(group) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        tokio::time::sleep(left.min(STOP_POLL)).await;
+    }
+    true
 }
 
 impl ProcessRuntime {
@@ -142,12 +156,19 @@ impl Runtime for ProcessRuntime {
         let ended = self.wait_end(id, grace).await;
         // Kill what is left: the leader if it ignored SIGTERM, or its children if it did not.
         signal_group(pid, Signal::SIGKILL);
-        if ended || self.wait_end(id, KILL_WAIT).await {
+        if !(ended || self.wait_end(id, KILL_WAIT).await) {
+            return Err(RuntimeError::Timeout {
+                what: format!("stopping {id} (pid {pid})"),
+                after: grace + KILL_WAIT,
+            });
+        }
+        // The leader is gone; the instance is stopped once the rest of its group is too.
+        if wait_group_end(pid, KILL_WAIT).await {
             Ok(())
         } else {
             Err(RuntimeError::Timeout {
-                what: format!("stopping {id} (pid {pid})"),
-                after: grace + KILL_WAIT,
+                what: format!("stopping the processes {id} started (process group {pid})"),
+                after: grace + KILL_WAIT + KILL_WAIT,
             })
         }
     }
