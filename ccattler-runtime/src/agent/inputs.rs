@@ -332,10 +332,7 @@ impl AgentLoop {
         match result {
             Ok(samples) => {
                 self.runtime_seen = true;
-                self.observed = samples
-                    .into_iter()
-                    .map(|s| (s.instance.id.clone(), s))
-                    .collect();
+                merge_samples(&mut self.observed, samples);
                 if seen.purpose == Observe::Decide {
                     self.plan_pass(seen);
                 }
@@ -418,6 +415,75 @@ impl AgentLoop {
         {
             state.record(self.now, result);
             self.report_wanted = true;
+        }
+    }
+}
+
+/// Makes `observed` hold exactly `samples`, by id, changing it in place: an observation of a
+/// node's every instance is taken many times a minute, and most ids are the same each time, so
+/// their keys are kept rather than built again.
+fn merge_samples(observed: &mut BTreeMap<String, Sample>, mut samples: Vec<Sample>) {
+    // Runtimes usually list in id order already: then this sort only checks it.
+    samples.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
+    // Should a runtime list an id twice, the last listed wins.
+    samples.dedup_by(|later, earlier| {
+        let same = later.instance.id == earlier.instance.id;
+        if same {
+            std::mem::swap(later, earlier);
+        }
+        same
+    });
+    let mut incoming = samples.into_iter().peekable();
+    let mut new = Vec::new();
+    observed.retain(|id, held| {
+        while let Some(sample) = incoming.next_if(|s| s.instance.id < *id) {
+            new.push(sample);
+        }
+        match incoming.next_if(|s| s.instance.id == *id) {
+            Some(sample) => {
+                *held = sample;
+                true
+            }
+            None => false,
+        }
+    });
+    for sample in new.into_iter().chain(incoming) {
+        observed.insert(sample.instance.id.clone(), sample);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccattler_core::{InstanceState, ObservedInstance};
+    use proptest::prelude::*;
+
+    fn sample(id: u8, restarts: u32) -> Sample {
+        let mut instance = ObservedInstance::new(format!("web-{id}"), InstanceState::Running);
+        instance.restarts = restarts;
+        Sample {
+            instance,
+            stats: None,
+        }
+    }
+
+    proptest! {
+        /// Merged in place, successive observations leave what collecting each afresh would.
+        #[test]
+        fn merging_equals_collecting(
+            lists in prop::collection::vec(prop::collection::vec((0u8..12, 0u32..3), 0..16), 1..6)
+        ) {
+            let mut observed = BTreeMap::new();
+            for list in lists {
+                let samples: Vec<Sample> = list.iter().map(|&(id, r)| sample(id, r)).collect();
+                let fresh: BTreeMap<String, Sample> = samples
+                    .iter()
+                    .cloned()
+                    .map(|s| (s.instance.id.clone(), s))
+                    .collect();
+                merge_samples(&mut observed, samples);
+                prop_assert_eq!(&observed, &fresh);
+            }
         }
     }
 }

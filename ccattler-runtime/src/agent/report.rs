@@ -1,7 +1,11 @@
 //! What the agent reports: one `observed/instance/{node}/{id}` per placed instance, built from
 //! the runtime's last observation and the agent's own tracking, written only when it changed.
 
-use ccattler_core::schema::{self, DesiredState, Health, InstanceObservation, ObservedState};
+use std::borrow::Cow;
+
+use ccattler_core::schema::{
+    self, Cpu, DesiredState, Health, InstanceObservation, Memory, ObservedState,
+};
 use ccattler_core::{Event, InstanceState, Key, LeaseId, Value};
 
 use super::events::transitions;
@@ -34,14 +38,15 @@ impl AgentLoop {
         // Compared as values, not as their encoding: a report encodes only what changed,
         // which matters because a pass reports on every instance of the node.
         for id in self.desired.placements.keys() {
-            let observation = self.observation(id, lease);
+            let draft = self.observation(id, lease);
             let before = self.reported.get(id);
-            if before.is_some_and(|b| b.as_ref() == Some(&observation)) {
+            if before.is_some_and(|b| b.as_ref().is_some_and(|b| draft.matches(b))) {
                 continue;
             }
             let Ok(key) = schema::keys::observed_instance(&node, id) else {
                 continue;
             };
+            let observation = draft.into_owned();
             if self.config.events {
                 let before = before.and_then(Option::as_ref);
                 for mut event in transitions(id, before, &observation) {
@@ -70,7 +75,7 @@ impl AgentLoop {
     }
 
     /// The observation of one placed instance now.
-    fn observation(&self, id: &str, lease: LeaseId) -> InstanceObservation {
+    fn observation(&self, id: &str, lease: LeaseId) -> Draft<'_> {
         let assignment = &self.desired.placements[id];
         let track = self.tracks.get(id);
         // What the runtime holds of an id placed anew is its earlier incarnation's.
@@ -80,16 +85,22 @@ impl AgentLoop {
             .filter(|_| !track.is_some_and(|t| t.anew));
         let seen = sample.map(|s| &s.instance);
         let spec = self.desired.spec_of(id);
-        let mut report = InstanceObservation {
-            node: self.config.node.clone(),
-            service: assignment.service.clone(),
-            image: spec.map(|s| s.image.clone()).unwrap_or_default(),
+        let mut report = Draft {
+            node: &self.config.node,
+            service: &assignment.service,
+            image: spec.map_or("", |s| s.image.as_str()),
             init_done: track.map_or(0, |t| t.init_done),
             restarts: seen.map_or(0, |o| o.restarts),
-            address: seen.and_then(|o| o.address.clone()),
+            address: seen.and_then(|o| o.address.as_deref()),
             lease: Some(lease.0),
             stop_asked: assignment.state == DesiredState::Stopped,
-            ..InstanceObservation::default()
+            state: ObservedState::default(),
+            health: Health::default(),
+            ready: false,
+            exit_code: None,
+            reason: None,
+            cpu: Cpu::default(),
+            memory: Memory::default(),
         };
         match seen.map(|o| &o.state) {
             // Asked to stop, and the runtime has nothing of it (it never started here, or the
@@ -123,7 +134,7 @@ impl AgentLoop {
             Some(InstanceState::Starting) => report.state = ObservedState::Starting,
             Some(InstanceState::Pulling { image, done, total }) => {
                 report.state = ObservedState::Pulling;
-                report.reason = Some(format!("pulling {image}: {done} of {total} bytes"));
+                report.reason = Some(format!("pulling {image}: {done} of {total} bytes").into());
             }
             Some(InstanceState::Running) => report.state = ObservedState::Running,
             Some(InstanceState::Stopped) => report.state = ObservedState::Stopped,
@@ -137,12 +148,14 @@ impl AgentLoop {
             }
             Some(InstanceState::Failed { reason }) => {
                 report.state = ObservedState::Failed;
-                report.reason = Some(reason.clone());
+                report.reason = Some(reason.as_str().into());
             }
             Some(_) => report.state = ObservedState::Pending,
         }
         if report.reason.is_none() {
-            report.reason = track.and_then(|t| t.failure.clone().or_else(|| t.waiting.clone()));
+            report.reason = track
+                .and_then(|t| t.failure.as_deref().or(t.waiting.as_deref()))
+                .map(Cow::Borrowed);
         }
         if report.state == ObservedState::Running {
             // A probe the spec declares counts from the moment the agent knows the instance
@@ -164,8 +177,8 @@ impl AgentLoop {
             let passed = |kind| probe(kind).is_none_or(|p| p == Some(true));
             report.ready = passed(ProbeKind::Startup) && passed(ProbeKind::Readiness);
             let probe = |kind| track.and_then(|t| t.probe(kind));
-            if let Some(reason) = probe(ProbeKind::Readiness).and_then(|p| p.last_error.clone()) {
-                report.reason = Some(format!("readiness: {reason}"));
+            if let Some(reason) = probe(ProbeKind::Readiness).and_then(|p| p.last_error.as_ref()) {
+                report.reason = Some(format!("readiness: {reason}").into());
             }
             if let Some(stats) = sample.and_then(|s| s.stats) {
                 report.cpu = stats.cpu;
@@ -173,5 +186,85 @@ impl AgentLoop {
             }
         }
         report
+    }
+}
+
+/// An instance's observation as [`AgentLoop::observation`] derives it, borrowing what it can:
+/// most observations equal the one last reported, and comparing a draft allocates nothing.
+#[derive(Debug)]
+struct Draft<'a> {
+    node: &'a str,
+    service: &'a str,
+    state: ObservedState,
+    address: Option<&'a str>,
+    health: Health,
+    ready: bool,
+    image: &'a str,
+    init_done: u32,
+    restarts: u32,
+    exit_code: Option<i32>,
+    reason: Option<Cow<'a, str>>,
+    cpu: Cpu,
+    memory: Memory,
+    lease: Option<i64>,
+    stop_asked: bool,
+}
+
+impl Draft<'_> {
+    /// Whether `reported` says the same, field for field.
+    fn matches(&self, reported: &InstanceObservation) -> bool {
+        let InstanceObservation {
+            node,
+            service,
+            state,
+            address,
+            health,
+            ready,
+            image,
+            init_done,
+            restarts,
+            exit_code,
+            reason,
+            cpu,
+            memory,
+            lease,
+            stop_asked,
+        } = reported;
+        self.node == node
+            && self.service == service
+            && self.state == *state
+            && self.address == address.as_deref()
+            && self.health == *health
+            && self.ready == *ready
+            && self.image == image
+            && self.init_done == *init_done
+            && self.restarts == *restarts
+            && self.exit_code == *exit_code
+            && self.reason.as_deref() == reason.as_deref()
+            && self.cpu == *cpu
+            && self.memory == *memory
+            && self.lease == *lease
+            && self.stop_asked == *stop_asked
+    }
+
+    /// The observation to write.
+    fn into_owned(self) -> InstanceObservation {
+        InstanceObservation {
+            node: self.node.to_owned(),
+            service: self.service.to_owned(),
+            state: self.state,
+            address: self.address.map(str::to_owned),
+            health: self.health,
+            ready: self.ready,
+            image: self.image.to_owned(),
+            init_done: self.init_done,
+            restarts: self.restarts,
+            exit_code: self.exit_code,
+            reason: self.reason.map(Cow::into_owned),
+            cpu: self.cpu,
+            memory: self.memory,
+            lease: self.lease,
+            stop_asked: self.stop_asked,
+        }
     }
 }
