@@ -8,6 +8,7 @@ use ccattler_core::{EventKind, Fact, LeaseId, Revision, RuntimeError, StoreError
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
 use super::plan::Renew;
+use super::report::ReportScope;
 use super::spec::secret_in_env;
 use super::work::Observe;
 
@@ -54,6 +55,7 @@ impl AgentLoop {
         };
         self.failures = 0;
         self.synced = true;
+        self.report_scope.mark_all();
         self.work.forget_all_waiting();
         let placed: Vec<(Assignment, Revision)> = listing
             .placements
@@ -131,6 +133,7 @@ impl AgentLoop {
                     && node == self.config.node
                 {
                     self.work.forget_waiting(instance);
+                    self.report_scope.mark(instance);
                     self.desired.placements.remove(instance);
                     // What the sweep would do for this id, now: a placement created again
                     // later in the same batch must find it gone, as it would one by one.
@@ -190,6 +193,7 @@ impl AgentLoop {
             self.learn_spec(service, fact, versions);
         }
         self.save_cache();
+        self.report_scope.mark_all();
         self.pass_wanted = true;
         self.report_wanted = true;
     }
@@ -332,7 +336,7 @@ impl AgentLoop {
         match result {
             Ok(samples) => {
                 self.runtime_seen = true;
-                merge_samples(&mut self.observed, samples);
+                merge_samples(&mut self.observed, samples, &mut self.report_scope);
                 if seen.purpose == Observe::Decide {
                     self.plan_pass(seen);
                 }
@@ -352,6 +356,7 @@ impl AgentLoop {
         let Some(op) = self.work.finish(id) else {
             return;
         };
+        self.report_scope.mark(op.instance());
         let now = self.now;
         let delays = &self.config.retry_delays;
         match (op, result) {
@@ -407,6 +412,7 @@ impl AgentLoop {
         let Some(op) = self.work.finish(id) else {
             return;
         };
+        self.report_scope.mark(op.instance());
         if let RuntimeOp::Probe(id, kind) = op
             && let Some(state) = self
                 .tracks
@@ -419,10 +425,15 @@ impl AgentLoop {
     }
 }
 
-/// Makes `observed` hold exactly `samples`, by id, changing it in place: an observation of a
-/// node's every instance is taken many times a minute, and most ids are the same each time, so
-/// their keys are kept rather than built again.
-fn merge_samples(observed: &mut BTreeMap<String, Sample>, mut samples: Vec<Sample>) {
+/// Makes `observed` hold exactly `samples`, by id, changing it in place, and marks in `scope`
+/// every id whose sample changed, came or went. An observation of a node's every instance is
+/// taken many times a minute, and most ids are the same each time, so their keys are kept
+/// rather than built again.
+fn merge_samples(
+    observed: &mut BTreeMap<String, Sample>,
+    mut samples: Vec<Sample>,
+    scope: &mut ReportScope,
+) {
     // Runtimes usually list in id order already: then this sort only checks it.
     samples.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
     // Should a runtime list an id twice, the last listed wins.
@@ -441,13 +452,20 @@ fn merge_samples(observed: &mut BTreeMap<String, Sample>, mut samples: Vec<Sampl
         }
         match incoming.next_if(|s| s.instance.id == *id) {
             Some(sample) => {
-                *held = sample;
+                if *held != sample {
+                    scope.mark(id);
+                    *held = sample;
+                }
                 true
             }
-            None => false,
+            None => {
+                scope.mark(id);
+                false
+            }
         }
     });
     for sample in new.into_iter().chain(incoming) {
+        scope.mark(&sample.instance.id);
         observed.insert(sample.instance.id.clone(), sample);
     }
 }
@@ -481,7 +499,7 @@ mod tests {
                     .cloned()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                merge_samples(&mut observed, samples);
+                merge_samples(&mut observed, samples, &mut ReportScope::none());
                 prop_assert_eq!(&observed, &fresh);
             }
         }

@@ -140,7 +140,9 @@ impl AgentLoop {
             .filter(|(id, _)| self.desired.placements.contains_key(*id))
             .filter_map(|(id, seen)| Some((id.clone(), seen.clone()?)))
             .collect();
-        for (id, observation) in self.report_changes(lease).applied {
+        // Every instance, not only those marked: a report in flight is not in `reported` yet.
+        let every = super::report::ReportScope::default();
+        for (id, observation) in self.report_changes(lease, &every).applied {
             match observation {
                 Some(observation) => instances.insert(id, observation),
                 None => instances.remove(&id),

@@ -12,6 +12,7 @@ use super::cache::Desired;
 use super::config::AgentConfig;
 use super::plan::Track;
 use super::probe::ProbeKind;
+use super::report::ReportScope;
 use super::work::{Observe, Work};
 
 /// While a start is in flight (an image pull can take long), how often the runtime is observed
@@ -77,6 +78,18 @@ pub(super) enum RuntimeOp {
 }
 
 impl RuntimeOp {
+    /// The id the op names: an instance's, or an init step's for a stop or removal of one.
+    pub(super) fn instance(&self) -> &str {
+        match self {
+            RuntimeOp::Start(id)
+            | RuntimeOp::StartInit(id, _)
+            | RuntimeOp::Stop(id)
+            | RuntimeOp::UpdateFiles(id)
+            | RuntimeOp::Remove(id)
+            | RuntimeOp::Probe(id, _) => id,
+        }
+    }
+
     /// The id the runtime knows the action by (an init step's own id for its start), which its
     /// outcome names.
     pub(super) fn runtime_id(&self) -> std::borrow::Cow<'_, str> {
@@ -190,6 +203,8 @@ pub struct AgentLoop {
     /// holds the id: a placement created again (another create revision) is a new incarnation.
     pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
+    /// The instances the next report looks at.
+    pub(super) report_scope: ReportScope,
     /// Placement events arrived since the last sweep ([`Self::placements_changed`]), which the
     /// next action makes first.
     pub(super) placements_unswept: bool,
@@ -244,6 +259,7 @@ impl AgentLoop {
             reported: BTreeMap::new(),
             placed_at: BTreeMap::new(),
             report_wanted: false,
+            report_scope: ReportScope::default(),
             runtime_seen: false,
             pass_wanted: true,
             placements_unswept: false,
@@ -403,7 +419,8 @@ impl AgentLoop {
                 // what runs as pending, then as running again.
                 if self.report_wanted && self.runtime_seen {
                     self.report_wanted = false;
-                    let changes = self.report_changes(lease);
+                    let scope = std::mem::replace(&mut self.report_scope, ReportScope::none());
+                    let changes = self.report_changes(lease, &scope);
                     if !changes.applied.is_empty() {
                         self.store_busy = Some(StoreOp::Report(changes.applied));
                         let mut events = Vec::new();
@@ -507,6 +524,7 @@ impl AgentLoop {
     /// the store's report of the id is older than the placement), the id starts over: a new
     /// track that removes what the runtime holds of it first, and a report written anew.
     pub(super) fn note_placed(&mut self, id: &str, created: Revision, report_older: bool) {
+        self.report_scope.mark(id);
         let before = self.placed_at.insert(id.to_owned(), created);
         if report_older || before.is_some_and(|before| before != created) {
             let track = Track {

@@ -1001,3 +1001,51 @@ fn an_observation_that_lags_never_passes_for_a_stop() {
     step.sim.faults().fresh_observation();
     assert_eq!(step.state("db-0"), Some(InstanceState::Stopped));
 }
+
+/// A report looks only at the instances whose observation may have changed since the last one:
+/// once a node has settled, none; after one crashes, that one (reported at once); after a list,
+/// every one.
+#[test]
+fn a_report_looks_only_at_the_instances_marked_since_the_last() {
+    let mut step = Step::new();
+    let mut web = service("web", &[]);
+    web.restart = RestartPolicy::Never;
+    let ids: Vec<String> = (0..20).map(|i| format!("web-{i:02}")).collect();
+    for id in &ids {
+        step.place(id, &web, DesiredState::Running);
+    }
+    step.advance(Duration::from_millis(300));
+    assert!(ids.iter().all(|id| running(&step, id)));
+    let marked = |step: &Step| step.machine.report_scope.marked().cloned();
+    assert_eq!(
+        marked(&step),
+        Some(Default::default()),
+        "settled: nothing to look at"
+    );
+
+    assert!(step.sim.faults().crash("web-07", 3));
+    step.advance(Duration::from_millis(150));
+    let seen = step.observation("web-07").expect("reported");
+    assert_eq!(seen.state, ObservedState::Failed);
+    assert_eq!(seen.exit_code, Some(3));
+    assert!(
+        ids.iter()
+            .filter(|id| *id != "web-07")
+            .all(|id| running(&step, id))
+    );
+    assert_eq!(marked(&step), Some(Default::default()));
+
+    // An observation the store holds wrong (written behind the agent's back) is put right by
+    // the next list, which looks at every instance.
+    let key = schema::keys::observed_instance(NODE, "web-11").expect("key");
+    let mut wrong = step.observation("web-11").expect("reported");
+    wrong.state = ObservedState::Pending;
+    step.store
+        .put(&key, schema::encode(&wrong))
+        .now_or_never()
+        .expect("ready")
+        .expect("put");
+    // The list comes every 30 s (the default resync interval).
+    step.advance(Duration::from_secs(31));
+    assert!(running(&step, "web-11"), "{:?}", step.observation("web-11"));
+}

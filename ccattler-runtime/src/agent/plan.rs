@@ -135,8 +135,13 @@ impl AgentLoop {
             let Some(track) = self.tracks.get_mut(id) else {
                 continue;
             };
-            track.waiting = None;
+            // What the report says of it is derived from its track: a pass that changes the
+            // track marks it for the next report (and one that only finds it running does not).
+            if track.waiting.take().is_some() {
+                self.report_scope.mark(id);
+            }
             if track.anew {
+                self.report_scope.mark(id);
                 match seen {
                     Some(o) if o.state.has_ended() => self.work.push(id, remove(id)),
                     Some(_) => self.work.push(id, stop(id, grace, StopReason::PlacedAnew)),
@@ -152,6 +157,7 @@ impl AgentLoop {
                 .get(&assignment.service)
                 .and_then(|versions| versions.get(&assignment.version))
             else {
+                self.report_scope.mark(id);
                 let key = (assignment.service.clone(), assignment.version.clone());
                 if self.unavailable.contains(&key) {
                     track.failure = Some(format!(
@@ -168,12 +174,14 @@ impl AgentLoop {
                 continue;
             };
             if seen.is_some_and(|o| o.state == InstanceState::Running) && track.started.is_none() {
+                self.report_scope.mark(id);
                 track.started_now(now, Some(spec)); // adopted
             }
             let renew = track.renew.take();
             if let Some(renew) = renew
                 && seen.is_some_and(|o| o.state == InstanceState::Running)
             {
+                self.report_scope.mark(id);
                 // A secret it uses changed. Deleted meanwhile: it keeps what it has.
                 let Ok(instance) = instance_spec(id, spec, &self.desired, &self.volumes) else {
                     continue;
@@ -217,6 +225,7 @@ impl AgentLoop {
             if !start || track.retry_at.is_some_and(|at| now < at) {
                 continue;
             }
+            self.report_scope.mark(id);
             // Never started with a secret missing (nor with an empty value in its place).
             let instance = match instance_spec(id, spec, &self.desired, &self.volumes) {
                 Ok(instance) => instance,
@@ -352,6 +361,7 @@ impl AgentLoop {
                 // Reported unhealthy in the pass before: restart it now (the restart policy of
                 // the ended instance decides, as for a crash).
                 Some(at) if dead && now > at => {
+                    self.report_scope.mark(id);
                     let grace = self.config.stop_grace;
                     self.work.push(id, stop(id, grace, StopReason::Liveness));
                     track.probes = Default::default();
