@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::CliError;
+use super::dev_ports::DevPorts;
 use super::progress::StatusFollower;
 
 /// Which runtime the local agents use.
@@ -113,6 +114,8 @@ pub struct DevCluster {
     workloads: Workloads,
     state: State,
     failures: mpsc::UnboundedReceiver<String>,
+    /// The host ports of its nodes, held while the cluster runs.
+    ports: DevPorts,
 }
 
 /// The runtimes, kept to stop their workloads at shutdown.
@@ -193,6 +196,10 @@ impl DevCluster {
             },
             state,
             failures,
+            ports: match config.runtime {
+                RuntimeKind::Process => DevPorts::claim()?,
+                RuntimeKind::Sim => DevPorts::simulated(),
+            },
         };
         for i in 0..config.nodes {
             let name = format!("n{}", i + 1);
@@ -209,7 +216,7 @@ impl DevCluster {
             for (key, value) in &config.labels {
                 agent = agent.label(key.clone(), value.clone());
             }
-            agent.ports = dev_ports(i, config.nodes);
+            agent.ports = cluster.ports.of_node(i, config.nodes);
             let handle = match &mut cluster.workloads {
                 Workloads::Process(runtimes) => {
                     let runtime = ProcessRuntime::new(dir.join("runtime")).map_err(|err| {
@@ -412,17 +419,5 @@ impl Drop for DevCluster {
                 runtime.kill_all();
             }
         }
-    }
-}
-
-/// The host ports of dev node `i` of `nodes`: its own slice of 20000-59999, so that nodes that
-/// all run on this one host never give one port twice (at most 1,000 ports each).
-fn dev_ports(i: u32, nodes: u32) -> ccattler_core::schema::PortRange {
-    let each = (40_000 / nodes.max(1)).clamp(1, 1_000);
-    let first = 20_000 + i.min(39_999) * each;
-    let last = (first + each - 1).min(59_999);
-    ccattler_core::schema::PortRange {
-        first: u16::try_from(first).unwrap_or(u16::MAX),
-        last: u16::try_from(last).unwrap_or(u16::MAX),
     }
 }

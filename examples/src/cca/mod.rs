@@ -33,6 +33,7 @@ pub mod client;
 pub mod cluster;
 pub mod completions;
 pub mod dev;
+pub mod dev_ports;
 pub mod display;
 pub mod events;
 pub mod flags;
