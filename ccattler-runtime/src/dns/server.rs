@@ -92,6 +92,29 @@ pub struct DnsServer {
     stop: CancellationToken,
 }
 
+/// How many ports an ephemeral listen address (port 0) tries before giving up: the port the
+/// UDP socket gets may already be someone's TCP port.
+const EPHEMERAL_TRIES: usize = 16;
+
+/// Binds UDP and TCP on one port. For port 0 the system picks the UDP port and TCP follows it;
+/// when that port is taken for TCP by another socket, another one is picked.
+async fn bind_both(listen: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener, SocketAddr)> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let udp = UdpSocket::bind(listen).await?;
+        let local = udp.local_addr()?;
+        match TcpListener::bind(local).await {
+            Ok(tcp) => return Ok((udp, tcp, local)),
+            Err(e)
+                if listen.port() == 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && tries < EPHEMERAL_TRIES => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 impl DnsServer {
     /// Binds `config.listen` (UDP and TCP), reads the endpoints and starts answering.
     ///
@@ -113,9 +136,7 @@ impl DnsServer {
             address: config.listen,
             source,
         };
-        let udp = UdpSocket::bind(config.listen).await.map_err(bind)?;
-        let local = udp.local_addr().map_err(bind)?;
-        let tcp = TcpListener::bind(local).await.map_err(bind)?;
+        let (udp, tcp, local) = bind_both(config.listen).await.map_err(bind)?;
         let mut server = Server::new(Handler {
             zone: Arc::clone(&zone),
         });
