@@ -17,7 +17,9 @@
 //! next to this program) on a fresh etcd prefix, then `--agent-processes` processes of agents
 //! (this program again, with a hidden `--agents-child`; see `etcd_figures/agents.rs`): each
 //! agent is a real `NodeAgent` over a simulator runtime of its own, with its own `HttpStore`
-//! to every server (each agent prefers the next server in turn) and its own node credential.
+//! to every server (each agent prefers the next server in turn) and its own node credential,
+//! and without a cache on disk (a simulated node has nothing to adopt after a restart, and a
+//! thousand agents syncing files to the disk etcd syncs its log to would measure that disk).
 //! `--logs DIR` keeps each run's logs, the servers' `/metrics` at the end and the agents'
 //! recorded writes in a directory of its own under `DIR`. The agents enroll all at once, each
 //! from its own loopback address (`--enroll-addresses` fewer to share addresses, so that the

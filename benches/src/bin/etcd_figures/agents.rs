@@ -131,6 +131,10 @@ async fn agents(k: usize, servers: &[String], dir: &Path, nodes: Vec<Node>) -> R
         let mut config = AgentConfig::new(name.clone(), dir.join("agents").join(&name));
         config.cpu = Cpu::from_millis(16_000);
         config.memory = Memory::from_bytes(64 << 30);
+        // A simulated node's workloads end with this process, so there is nothing to adopt
+        // after a restart, and a thousand agents syncing their caches to the one disk etcd
+        // syncs its log to would measure that disk, not the store: each real node has its own.
+        config.persist_cache = false;
         // A runtime per node, as every node has its own (one shared would show each agent the
         // instances of all the others).
         let runtime = Arc::new(SimulatorRuntime::new());
