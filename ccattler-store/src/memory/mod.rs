@@ -13,8 +13,11 @@
 //! under the lock, so a write costs more the more watchers there are). Watchers are woken
 //! after the lock is released.
 
+#[cfg(test)]
+mod catch_up_tests;
 mod config;
 mod lease;
+mod missed;
 mod ops;
 mod state;
 mod txn;

@@ -222,7 +222,8 @@ impl State {
     fn emit(&mut self, event: WatchEvent, wake: &mut Vec<Waker>) {
         let seq = self.history.end_seq();
         let event = Arc::new(event);
-        self.watchers.notify(&event, seq, wake);
+        self.watchers
+            .notify(&event, seq, self.history.base_seq, wake);
         self.history.events.push_back(event);
     }
 

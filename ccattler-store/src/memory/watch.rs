@@ -16,6 +16,7 @@ use futures_core::Stream;
 use parking_lot::Mutex;
 
 use super::Shared;
+use super::missed::{Missed, Next};
 use super::state::History;
 
 /// Where a watcher stands.
@@ -63,8 +64,10 @@ impl Queue {
     }
 
     /// Refills the buffer from `history` while the watcher is behind; goes live once caught up,
-    /// or fails with `Compacted` when the history no longer holds what is needed.
-    fn catch_up(&mut self, history: &History, prefix: &str, min_rev: u64) {
+    /// or fails with `Compacted` when the history no longer holds what is needed. Where
+    /// `missed` lists the prefix's events, it goes from one to the next; elsewhere it looks at
+    /// the events one by one.
+    fn catch_up(&mut self, history: &History, prefix: &str, min_rev: u64, missed: &Missed) {
         let Mode::Behind { seq, rev } = self.mode else {
             return;
         };
@@ -75,24 +78,50 @@ impl Queue {
             });
             return;
         }
-        let mut index = usize::try_from(seq - history.base_seq).unwrap_or(usize::MAX);
-        while self.buf.len() < self.cap {
-            let Some(event) = history.events.get(index) else {
+        let end = history.end_seq();
+        let mut next = seq;
+        while self.buf.len() < self.cap && next < end {
+            let listed = match missed.next(next) {
+                Next::Unknown => false,
+                Next::At(at) => {
+                    next = at;
+                    true
+                }
+                Next::None => {
+                    next = end;
+                    break;
+                }
+            };
+            let Some(event) = usize::try_from(next - history.base_seq)
+                .ok()
+                .and_then(|index| history.events.get(index))
+            else {
                 break;
             };
-            index += 1;
-            if event.fact.mod_revision.0 >= min_rev && event.fact.key.has_prefix(prefix) {
+            next += 1;
+            if event.fact.mod_revision.0 >= min_rev && (listed || event.fact.key.has_prefix(prefix))
+            {
                 self.buf.push_back(Arc::clone(event));
             }
         }
-        self.mode = match history.events.get(index) {
+        let pending = usize::try_from(next - history.base_seq)
+            .ok()
+            .and_then(|index| history.events.get(index));
+        self.mode = match pending {
             None => Mode::Live,
-            Some(next) => Mode::Behind {
-                seq: history.base_seq + index as u64,
-                rev: next.fact.mod_revision.0,
+            Some(event) => Mode::Behind {
+                seq: next,
+                rev: event.fact.mod_revision.0,
             },
         };
     }
+}
+
+/// The watchers of one prefix, and where the prefix's events are while one of them is behind.
+#[derive(Debug, Default)]
+struct Group {
+    slots: Vec<Slot>,
+    missed: Missed,
 }
 
 /// One registered watcher, as the store sees it.
@@ -111,7 +140,7 @@ struct Slot {
 /// `placement/{node}/` make four lengths, so a placement costs its one agent, not a thousand.
 #[derive(Debug, Default)]
 pub(crate) struct Watchers {
-    by_prefix: HashMap<Arc<str>, Vec<Slot>>,
+    by_prefix: HashMap<Arc<str>, Group>,
     /// How many distinct prefixes of each length are watched.
     lengths: BTreeMap<usize, usize>,
     /// Each watcher's prefix, to unregister it.
@@ -143,11 +172,11 @@ impl Watchers {
             mode,
             waker: None,
         }));
-        let slots = self.by_prefix.entry(Arc::clone(&prefix)).or_default();
-        if slots.is_empty() {
+        let group = self.by_prefix.entry(Arc::clone(&prefix)).or_default();
+        if group.slots.is_empty() {
             *self.lengths.entry(prefix.len()).or_default() += 1;
         }
-        slots.push(Slot {
+        group.slots.push(Slot {
             id,
             min_rev,
             queue: Arc::clone(&queue),
@@ -168,13 +197,13 @@ impl Watchers {
         let Some(prefix) = self.prefixes.remove(&id) else {
             return;
         };
-        let Some(slots) = self.by_prefix.get_mut(&prefix) else {
+        let Some(group) = self.by_prefix.get_mut(&prefix) else {
             return;
         };
-        if let Some(pos) = slots.iter().position(|slot| slot.id == id) {
-            slots.swap_remove(pos);
+        if let Some(pos) = group.slots.iter().position(|slot| slot.id == id) {
+            group.slots.swap_remove(pos);
         }
-        if slots.is_empty() {
+        if group.slots.is_empty() {
             self.by_prefix.remove(&prefix);
             if let Some(count) = self.lengths.get_mut(&prefix.len()) {
                 *count -= 1;
@@ -190,9 +219,17 @@ impl Watchers {
         self.prefixes.len()
     }
 
-    /// Offers a freshly committed event (history sequence number `seq`) to every matching
-    /// watcher, collecting the wakers to wake once the store lock is released.
-    pub(crate) fn notify(&self, event: &Arc<WatchEvent>, seq: u64, wake: &mut Vec<Waker>) {
+    /// Offers a freshly committed event (history sequence number `seq`; `first_kept` the
+    /// oldest one the history holds) to every matching watcher, collecting the wakers to wake
+    /// once the store lock is released, and notes where it is for the prefixes that have a
+    /// watcher behind.
+    pub(crate) fn notify(
+        &mut self,
+        event: &Arc<WatchEvent>,
+        seq: u64,
+        first_kept: u64,
+        wake: &mut Vec<Waker>,
+    ) {
         let rev = event.fact.mod_revision.0;
         let key = event.fact.key.as_str();
         for &len in self.lengths.keys() {
@@ -202,18 +239,35 @@ impl Watchers {
                 }
                 continue; // not a character boundary of this key
             };
-            for slot in self.by_prefix.get(prefix).into_iter().flatten() {
+            let Some(group) = self.by_prefix.get_mut(prefix) else {
+                continue;
+            };
+            let mut oldest_behind: Option<u64> = None;
+            for slot in &group.slots {
+                let mut queue = slot.queue.lock();
                 if rev >= slot.min_rev
-                    && let Some(waker) = slot.queue.lock().offer(event, seq)
+                    && let Some(waker) = queue.offer(event, seq)
                 {
                     wake.push(waker);
                 }
+                if let Mode::Behind { seq: behind, .. } = queue.mode {
+                    oldest_behind = Some(oldest_behind.map_or(behind, |o| o.min(behind)));
+                }
             }
+            group.missed.record(seq, oldest_behind, first_kept);
         }
     }
 
+    /// Where the events under `prefix` are while one of its watchers is behind.
+    fn missed(&self, prefix: &str) -> &Missed {
+        static NONE: Missed = Missed::EMPTY;
+        self.by_prefix
+            .get(prefix)
+            .map_or(&NONE, |group| &group.missed)
+    }
+
     fn slots(&self) -> impl Iterator<Item = &Slot> {
-        self.by_prefix.values().flatten()
+        self.by_prefix.values().flat_map(|group| &group.slots)
     }
 }
 
@@ -317,9 +371,10 @@ impl Stream for MemoryWatch {
             };
             {
                 let state = shared.state.read();
+                let missed = state.watchers.missed(&this.prefix);
                 this.queue
                     .lock()
-                    .catch_up(&state.history, &this.prefix, this.min_rev);
+                    .catch_up(&state.history, &this.prefix, this.min_rev, missed);
             }
             drop(shared);
         }
