@@ -8,8 +8,7 @@ use ccattler_core::{EventKind, Fact, LeaseId, Revision, RuntimeError, StoreError
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
 use super::plan::Renew;
-use super::report::ReportScope;
-use super::spec::secret_in_env;
+use super::spec::{owner, secret_in_env};
 use super::work::Observe;
 
 impl AgentLoop {
@@ -56,6 +55,7 @@ impl AgentLoop {
         self.failures = 0;
         self.synced = true;
         self.report_scope.mark_all();
+        self.pass_scope.mark_all();
         self.work.forget_all_waiting();
         let placed: Vec<(Assignment, Revision)> = listing
             .placements
@@ -134,6 +134,7 @@ impl AgentLoop {
                 {
                     self.work.forget_waiting(instance);
                     self.report_scope.mark(instance);
+                    self.pass_scope.mark(instance);
                     self.desired.placements.remove(instance);
                     // What the sweep would do for this id, now: a placement created again
                     // later in the same batch must find it gone, as it would one by one.
@@ -194,7 +195,7 @@ impl AgentLoop {
         }
         self.save_cache();
         self.report_scope.mark_all();
-        self.pass_wanted = true;
+        self.want_full_pass();
         self.report_wanted = true;
     }
 
@@ -257,7 +258,7 @@ impl AgentLoop {
                 }
                 self.renew_for(&changed);
                 self.save_cache();
-                self.pass_wanted = true;
+                self.want_full_pass();
             }
             Err(err) => self.disconnect(format!("fetching secrets failed: {err}")),
         }
@@ -336,7 +337,14 @@ impl AgentLoop {
         match result {
             Ok(samples) => {
                 self.runtime_seen = true;
-                merge_samples(&mut self.observed, samples, &mut self.report_scope);
+                // A changed sample changes the report, and the next pass decides for its
+                // instance (an init step's: for the instance it belongs to).
+                let (report, pass, desired) =
+                    (&mut self.report_scope, &mut self.pass_scope, &self.desired);
+                merge_samples(&mut self.observed, samples, |id| {
+                    report.mark(id);
+                    pass.mark(owner(id, desired).unwrap_or(id));
+                });
                 if seen.purpose == Observe::Decide {
                     self.plan_pass(seen);
                 }
@@ -384,6 +392,7 @@ impl AgentLoop {
                     Renew::Files
                 };
                 self.tracks.entry(id.clone()).or_default().renew = Some(renew);
+                self.pass_scope.mark(&id);
                 self.pass_wanted = true;
                 if !unsupported {
                     self.outbox.push_back(Action::RuntimeFailed {
@@ -425,14 +434,14 @@ impl AgentLoop {
     }
 }
 
-/// Makes `observed` hold exactly `samples`, by id, changing it in place, and marks in `scope`
+/// Makes `observed` hold exactly `samples`, by id, changing it in place, and calls `mark` with
 /// every id whose sample changed, came or went. An observation of a node's every instance is
 /// taken many times a minute, and most ids are the same each time, so their keys are kept
 /// rather than built again.
 fn merge_samples(
     observed: &mut BTreeMap<String, Sample>,
     mut samples: Vec<Sample>,
-    scope: &mut ReportScope,
+    mut mark: impl FnMut(&str),
 ) {
     // Runtimes usually list in id order already: then this sort only checks it.
     samples.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
@@ -453,19 +462,19 @@ fn merge_samples(
         match incoming.next_if(|s| s.instance.id == *id) {
             Some(sample) => {
                 if *held != sample {
-                    scope.mark(id);
+                    mark(id);
                     *held = sample;
                 }
                 true
             }
             None => {
-                scope.mark(id);
+                mark(id);
                 false
             }
         }
     });
     for sample in new.into_iter().chain(incoming) {
-        scope.mark(&sample.instance.id);
+        mark(&sample.instance.id);
         observed.insert(sample.instance.id.clone(), sample);
     }
 }
@@ -499,7 +508,7 @@ mod tests {
                     .cloned()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                merge_samples(&mut observed, samples, &mut ReportScope::none());
+                merge_samples(&mut observed, samples, |_| {});
                 prop_assert_eq!(&observed, &fresh);
             }
         }

@@ -141,7 +141,7 @@ impl AgentLoop {
             .filter_map(|(id, seen)| Some((id.clone(), seen.clone()?)))
             .collect();
         // Every instance, not only those marked: a report in flight is not in `reported` yet.
-        let every = super::report::ReportScope::default();
+        let every = super::scope::Scope::default();
         for (id, observation) in self.report_changes(lease, &every).applied {
             match observation {
                 Some(observation) => instances.insert(id, observation),

@@ -12,7 +12,7 @@ use super::cache::Desired;
 use super::config::AgentConfig;
 use super::plan::Track;
 use super::probe::ProbeKind;
-use super::report::ReportScope;
+use super::scope::Scope;
 use super::work::{Observe, Work};
 
 /// While a start is in flight (an image pull can take long), how often the runtime is observed
@@ -204,7 +204,9 @@ pub struct AgentLoop {
     pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
     /// The instances the next report looks at.
-    pub(super) report_scope: ReportScope,
+    pub(super) report_scope: Scope,
+    /// The instances the next pass decides for (see [`Scope`]).
+    pub(super) pass_scope: Scope,
     /// Placement events arrived since the last sweep ([`Self::placements_changed`]), which the
     /// next action makes first.
     pub(super) placements_unswept: bool,
@@ -259,7 +261,8 @@ impl AgentLoop {
             reported: BTreeMap::new(),
             placed_at: BTreeMap::new(),
             report_wanted: false,
-            report_scope: ReportScope::default(),
+            report_scope: Scope::default(),
+            pass_scope: Scope::default(),
             runtime_seen: false,
             pass_wanted: true,
             placements_unswept: false,
@@ -341,7 +344,7 @@ impl AgentLoop {
     pub fn tick(&mut self, now: Duration) {
         self.now = self.now.max(now);
         if self.now >= self.next_pass {
-            self.pass_wanted = true;
+            self.want_full_pass();
         }
     }
 
@@ -419,7 +422,7 @@ impl AgentLoop {
                 // what runs as pending, then as running again.
                 if self.report_wanted && self.runtime_seen {
                     self.report_wanted = false;
-                    let scope = std::mem::replace(&mut self.report_scope, ReportScope::none());
+                    let scope = self.report_scope.take();
                     let changes = self.report_changes(lease, &scope);
                     if !changes.applied.is_empty() {
                         self.store_busy = Some(StoreOp::Report(changes.applied));
@@ -502,6 +505,12 @@ impl AgentLoop {
         }
     }
 
+    /// Asks for a pass that decides for every instance (see [`Scope`]).
+    pub(super) fn want_full_pass(&mut self) {
+        self.pass_scope.mark_all();
+        self.pass_wanted = true;
+    }
+
     /// The sweep after placements changed: forgets the specs, secrets, tracks and creation
     /// revisions no placement needs any more, and asks for a pass and a report. O(placements
     /// on the node): made once per list, and once per batch of watch events (see `event`).
@@ -515,6 +524,7 @@ impl AgentLoop {
         self.placed_at
             .retain(|id, _| placements.contains_key(id) || observed.contains_key(id));
         self.save_cache();
+        // The events (or the list) marked the instances the pass decides for.
         self.pass_wanted = true;
         self.report_wanted = true;
     }
@@ -525,6 +535,7 @@ impl AgentLoop {
     /// track that removes what the runtime holds of it first, and a report written anew.
     pub(super) fn note_placed(&mut self, id: &str, created: Revision, report_older: bool) {
         self.report_scope.mark(id);
+        self.pass_scope.mark(id);
         let before = self.placed_at.insert(id.to_owned(), created);
         if report_older || before.is_some_and(|before| before != created) {
             let track = Track {

@@ -70,6 +70,7 @@ pub mod perform;
 mod plan;
 pub mod probe;
 mod report;
+mod scope;
 #[cfg(test)]
 mod secret_tests;
 mod spec;

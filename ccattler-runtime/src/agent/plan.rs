@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use ccattler_core::runner::Backoff;
-use ccattler_core::schema::{DesiredState, ServiceSpec};
+use ccattler_core::schema::{Assignment, DesiredState, ServiceSpec};
 use ccattler_core::{InstanceState, ObservedInstance};
 
-use super::action::{Action, StopReason};
+use super::action::{Action, Sample, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
+use super::scope::Scope;
 use super::spec::{MissingSecret, init_id, init_spec, instance_spec, owner, restarts};
 use super::work::Observing;
 
@@ -99,20 +100,29 @@ impl Track {
 }
 
 impl AgentLoop {
-    /// Decides one pass on the current observation (`seen`, the one just taken) and queues its
-    /// runtime actions, each on its instance's lane. An instance whose lane is busy is left to
-    /// a later pass, and so is one whose lane acted after the observation was sent (it may not
-    /// show what that did): then another pass follows at once.
+    /// Decides one pass on the current observation (`seen`, the one just taken) for the
+    /// instances of the pass's [`Scope`], and queues its runtime actions, each on its
+    /// instance's lane. An instance whose lane is busy is left to a later pass, and so is one
+    /// whose lane acted after the observation was sent (it may not show what that did): then
+    /// another pass follows at once.
     pub(super) fn plan_pass(&mut self, observation: Observing) {
         let now = self.now;
         let grace = self.config.stop_grace;
         let delays = self.config.retry_delays.clone();
-        for assignment in self.desired.placements.values() {
+        let scope = self.pass_scope.take();
+        let placements = &self.desired.placements;
+        let planned: Box<dyn Iterator<Item = &Assignment>> = match scope.ids() {
+            None => Box::new(placements.values()),
+            Some(ids) => Box::new(ids.iter().filter_map(|id| placements.get(id))),
+        };
+        for assignment in planned {
             let id = assignment.instance.as_str();
             if self.work.busy(id) {
+                self.pass_scope.mark(id);
                 continue;
             }
             if self.work.changed_since(id, observation) {
+                self.pass_scope.mark(id);
                 let due = self.batch_due();
                 self.repass.get_or_insert(due);
                 continue;
@@ -295,21 +305,31 @@ impl AgentLoop {
                 ),
             );
         }
-        self.plan_orphans(observation);
+        self.plan_orphans(observation, &scope);
         self.plan_probes();
     }
 
-    /// Instances nobody placed here: stopped, then removed once ended; but only once the agent
-    /// has listed the real placements (not just read its cache).
-    fn plan_orphans(&mut self, observation: Observing) {
+    /// Instances nobody placed here (of `scope`): stopped, then removed once ended; but only
+    /// once the agent has listed the real placements (not just read its cache).
+    fn plan_orphans(&mut self, observation: Observing, scope: &Scope) {
         if !self.synced {
             return;
         }
-        for (id, sample) in &self.observed {
-            if owner(id, &self.desired).is_some() || self.work.busy(id) {
+        let observed = &self.observed;
+        let seen: Box<dyn Iterator<Item = (&String, &Sample)>> = match scope.ids() {
+            None => Box::new(observed.iter()),
+            Some(ids) => Box::new(ids.iter().filter_map(|id| observed.get_key_value(id))),
+        };
+        for (id, sample) in seen {
+            if owner(id, &self.desired).is_some() {
+                continue;
+            }
+            if self.work.busy(id) {
+                self.pass_scope.mark(id);
                 continue;
             }
             if self.work.changed_since(id, observation) {
+                self.pass_scope.mark(id);
                 let due = self.batch_due();
                 self.repass.get_or_insert(due);
                 continue;

@@ -2,7 +2,6 @@
 //! the runtime's last observation and the agent's own tracking, written only when it changed.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 
 use ccattler_core::schema::{
     self, Cpu, DesiredState, Health, InstanceObservation, Memory, ObservedState,
@@ -12,58 +11,7 @@ use ccattler_core::{Event, InstanceState, Key, LeaseId, Value};
 use super::events::transitions;
 use super::machine::AgentLoop;
 use super::probe::ProbeKind;
-
-/// The placed instances whose observation may differ from the one last reported: every one,
-/// or those marked since the last report.
-///
-/// Whatever an observation is derived from marks its instance when it changes: its placement
-/// (an event, or every instance on a list), its runtime sample, its track (a pass, an action's
-/// result, a probe), its spec (every instance when specs arrive). A node with a hundred
-/// instances looks at its runtime many times a minute while a few of them change, and each
-/// report then looks at those few only.
-#[derive(Debug)]
-pub(super) struct ReportScope {
-    all: bool,
-    ids: BTreeSet<String>,
-}
-
-impl Default for ReportScope {
-    /// Every instance: what a new loop reports first.
-    fn default() -> Self {
-        ReportScope {
-            all: true,
-            ids: BTreeSet::new(),
-        }
-    }
-}
-
-impl ReportScope {
-    /// No instance.
-    pub(super) fn none() -> Self {
-        ReportScope {
-            all: false,
-            ids: BTreeSet::new(),
-        }
-    }
-
-    /// Every instance.
-    pub(super) fn mark_all(&mut self) {
-        *self = ReportScope::default();
-    }
-
-    /// The instances marked, `None` for every one.
-    #[cfg(test)]
-    pub(super) fn marked(&self) -> Option<&BTreeSet<String>> {
-        (!self.all).then_some(&self.ids)
-    }
-
-    /// Instance `id`.
-    pub(super) fn mark(&mut self, id: &str) {
-        if !self.all && !self.ids.contains(id) {
-            self.ids.insert(id.to_owned());
-        }
-    }
-}
+use super::scope::Scope;
 
 /// A report to write.
 #[derive(Debug, Default)]
@@ -85,15 +33,14 @@ pub(super) struct Changes {
 impl AgentLoop {
     /// What to write so that the store holds the observations of now, looking at the instances
     /// of `scope` only.
-    pub(super) fn report_changes(&self, lease: LeaseId, scope: &ReportScope) -> Changes {
+    pub(super) fn report_changes(&self, lease: LeaseId, scope: &Scope) -> Changes {
         let node = self.config.node.clone();
         let at = self.epoch + self.now;
         let mut changes = Changes::default();
         let placements = &self.desired.placements;
-        let placed: Box<dyn Iterator<Item = &String>> = if scope.all {
-            Box::new(placements.keys())
-        } else {
-            Box::new(scope.ids.iter().filter(|id| placements.contains_key(*id)))
+        let placed: Box<dyn Iterator<Item = &String>> = match scope.ids() {
+            None => Box::new(placements.keys()),
+            Some(ids) => Box::new(ids.iter().filter(|id| placements.contains_key(*id))),
         };
         // Compared as values, not as their encoding, and as a draft that borrows: a report
         // encodes and allocates only for what changed.
@@ -119,17 +66,16 @@ impl AgentLoop {
             changes.applied.push((id.clone(), Some(observation)));
         }
         let unplaced = |id: &&String| !placements.contains_key(*id);
-        let gone: Vec<String> = if scope.all {
-            self.reported.keys().filter(unplaced).cloned().collect()
-        } else {
-            let reported = |id: &&String| self.reported.contains_key(*id);
-            scope
-                .ids
-                .iter()
-                .filter(unplaced)
-                .filter(reported)
-                .cloned()
-                .collect()
+        let gone: Vec<String> = match scope.ids() {
+            None => self.reported.keys().filter(unplaced).cloned().collect(),
+            Some(ids) => {
+                let reported = |id: &&String| self.reported.contains_key(*id);
+                ids.iter()
+                    .filter(unplaced)
+                    .filter(reported)
+                    .cloned()
+                    .collect()
+            }
         };
         for id in gone {
             if let Ok(key) = schema::keys::observed_instance(&node, &id) {
