@@ -8,6 +8,8 @@
 //! | scheduler | a new `placement/{node}/{id}` | `Placed`: on which node |
 //! | scheduler | a new or changed `status/unschedulable/{id}` | `Unplaced`: the reason |
 
+use std::collections::HashMap;
+
 use ccattler_core::event::reasons;
 use ccattler_core::schema::{
     self, Assignment, DesiredInstance, DesiredState, EffectiveService, RecordKey, RestartPolicy,
@@ -62,7 +64,8 @@ pub(crate) fn placement_events(facts: &FactView, changes: &[Change]) -> Vec<Even
     events
 }
 
-/// The instance controller's events for the `changes` it planned for `service`.
+/// The instance controller's events for the `changes` it planned for `service`: O(instances +
+/// changes), as a pass may create or stop thousands of one service's instances at once.
 pub(crate) fn instance_events(
     service: &str,
     effective: Option<&EffectiveService>,
@@ -71,6 +74,14 @@ pub(crate) fn instance_events(
     changes: &[Change],
 ) -> Vec<Event> {
     let mut events = Vec::new();
+    let by_id: HashMap<&str, &Instance> = instances.iter().map(|i| (i.id.as_str(), *i)).collect();
+    // The instance that takes over from each one (the first, should there be several).
+    let mut successors: HashMap<&str, &Instance> = HashMap::new();
+    for instance in instances {
+        if let Some(old) = instance.desired.replaces.as_deref() {
+            successors.entry(old).or_insert(instance);
+        }
+    }
     for change in changes {
         let Some(RecordKey::Instance(id)) = RecordKey::parse(change.key()) else {
             continue;
@@ -78,11 +89,11 @@ pub(crate) fn instance_events(
         let Some(wanted) = put::<DesiredInstance>(change) else {
             continue;
         };
-        let held = instances.iter().find(|i| i.id == id);
+        let held = by_id.get(id);
         let message = match (held, wanted.state) {
             (None, DesiredState::Running) => created(&wanted),
             (Some(i), DesiredState::Stopped) if i.desired.state == DesiredState::Running => {
-                stopping(i, effective, instances, restart)
+                stopping(i, effective, successors.get(id).copied(), restart)
             }
             _ => continue,
         };
@@ -109,16 +120,13 @@ fn created(wanted: &DesiredInstance) -> String {
 fn stopping(
     instance: &Instance,
     effective: Option<&EffectiveService>,
-    instances: &[&Instance],
+    successor: Option<&Instance>,
     restart: RestartPolicy,
 ) -> String {
     let Some(effective) = effective else {
         return "stopping: its service was removed".to_owned();
     };
-    if let Some(new) = instances
-        .iter()
-        .find(|i| i.desired.replaces.as_deref() == Some(instance.id.as_str()))
-    {
+    if let Some(new) = successor {
         return format!("stopping: {} took over from it (rebalancing)", new.id);
     }
     match instance.standing(restart) {
