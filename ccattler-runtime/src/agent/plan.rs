@@ -348,7 +348,9 @@ impl AgentLoop {
     fn plan_probes(&mut self) {
         let now = self.now;
         for (id, track) in &mut self.tracks {
-            if self.work.busy(id) {
+            // Nothing to probe, nor to restart for a probe: most instances, and the cheapest
+            // test (every pass walks every track).
+            if track.probes.iter().all(Option::is_none) || self.work.busy(id) {
                 continue;
             }
             let Some(seen) = self
