@@ -40,6 +40,9 @@ pub struct AgentStats {
     pub probes: u64,
     /// Report transactions that succeeded.
     pub reports: u64,
+    /// Placed instances a pass decided for, summed over passes (a pass after placement events
+    /// decides for those they named; the periodic pass for every one).
+    pub decided: u64,
 }
 
 /// Where the agent stands with the store.

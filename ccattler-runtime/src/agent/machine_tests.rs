@@ -1075,10 +1075,13 @@ fn a_pass_after_placement_events_decides_for_the_placed_instances() {
     assert_eq!(step.count("ensure_running web-20"), 1, "{:?}", step.tail());
 
     // Its start is in flight: a pass for another placement leaves it, and keeps it for later.
+    // That pass decides for the two, not for the node's twenty-two.
+    let decided = step.machine.stats().decided;
     step.place("web-21", &web, DesiredState::Running);
     step.drain_watch();
     step.settle();
     assert_eq!(scope(&step), only(&["web-20"]));
+    assert_eq!(step.machine.stats().decided - decided, 2);
     step.release("web-20");
     step.advance(Duration::from_millis(300));
     assert!(running(&step, "web-20") && running(&step, "web-21"));
@@ -1088,4 +1091,7 @@ fn a_pass_after_placement_events_decides_for_the_placed_instances() {
     let now = step.clock.now_duration();
     step.machine.tick(now + Duration::from_secs(2));
     assert_eq!(scope(&step), None);
+    let decided = step.machine.stats().decided;
+    step.settle();
+    assert_eq!(step.machine.stats().decided - decided, 22);
 }

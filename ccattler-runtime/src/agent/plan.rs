@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use ccattler_core::runner::Backoff;
-use ccattler_core::schema::{Assignment, DesiredState, ServiceSpec};
+use ccattler_core::schema::{DesiredState, ServiceSpec};
 use ccattler_core::{InstanceState, ObservedInstance};
 
-use super::action::{Action, Sample, StopReason};
+use super::action::{Action, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::scope::Scope;
@@ -110,12 +110,8 @@ impl AgentLoop {
         let grace = self.config.stop_grace;
         let delays = self.config.retry_delays.clone();
         let scope = self.pass_scope.take();
-        let placements = &self.desired.placements;
-        let planned: Box<dyn Iterator<Item = &Assignment>> = match scope.ids() {
-            None => Box::new(placements.values()),
-            Some(ids) => Box::new(ids.iter().filter_map(|id| placements.get(id))),
-        };
-        for assignment in planned {
+        for (_, assignment) in scope.entries(&self.desired.placements) {
+            self.stats.decided += 1;
             let id = assignment.instance.as_str();
             if self.work.busy(id) {
                 self.pass_scope.mark(id);
@@ -315,12 +311,7 @@ impl AgentLoop {
         if !self.synced {
             return;
         }
-        let observed = &self.observed;
-        let seen: Box<dyn Iterator<Item = (&String, &Sample)>> = match scope.ids() {
-            None => Box::new(observed.iter()),
-            Some(ids) => Box::new(ids.iter().filter_map(|id| observed.get_key_value(id))),
-        };
-        for (id, sample) in seen {
+        for (id, sample) in scope.entries(&self.observed) {
             if owner(id, &self.desired).is_some() {
                 continue;
             }

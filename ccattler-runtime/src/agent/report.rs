@@ -38,10 +38,7 @@ impl AgentLoop {
         let at = self.epoch + self.now;
         let mut changes = Changes::default();
         let placements = &self.desired.placements;
-        let placed: Box<dyn Iterator<Item = &String>> = match scope.ids() {
-            None => Box::new(placements.keys()),
-            Some(ids) => Box::new(ids.iter().filter(|id| placements.contains_key(*id))),
-        };
+        let placed = scope.entries(placements).map(|(id, _)| id);
         // Compared as values, not as their encoding, and as a draft that borrows: a report
         // encodes and allocates only for what changed.
         for id in placed {
@@ -66,17 +63,12 @@ impl AgentLoop {
             changes.applied.push((id.clone(), Some(observation)));
         }
         let unplaced = |id: &&String| !placements.contains_key(*id);
-        let gone: Vec<String> = match scope.ids() {
-            None => self.reported.keys().filter(unplaced).cloned().collect(),
-            Some(ids) => {
-                let reported = |id: &&String| self.reported.contains_key(*id);
-                ids.iter()
-                    .filter(unplaced)
-                    .filter(reported)
-                    .cloned()
-                    .collect()
-            }
-        };
+        let gone: Vec<String> = scope
+            .entries(&self.reported)
+            .map(|(id, _)| id)
+            .filter(unplaced)
+            .cloned()
+            .collect();
         for id in gone {
             if let Ok(key) = schema::keys::observed_instance(&node, &id) {
                 changes.deletes.push(key);

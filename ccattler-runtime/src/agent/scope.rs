@@ -1,6 +1,6 @@
 //! [`Scope`]: the placed instances a report or a pass must look at again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The instances to look at again: every one, or those marked since the scope was last taken.
 ///
@@ -8,9 +8,10 @@ use std::collections::BTreeSet;
 /// instance when it changes (its placement, its runtime sample, its track, its spec; every
 /// instance on a list or when specs arrive), so a report of a node with a hundred instances
 /// where a few changed derives those few. The pass's: a pass that follows placement events
-/// decides for the instances those events named, and for those an earlier pass had to leave
-/// (their lane busy, or changed since the observation); every other cause of a pass (the
-/// periodic one, specs, secrets, a list) decides for every instance.
+/// decides for the instances those events named, those whose runtime sample changed (an init
+/// step's marks the instance it belongs to), those whose files must be renewed, and those an
+/// earlier pass had to leave (their lane busy, or changed since the observation); every other
+/// cause of a pass (the periodic one, specs, secrets, a list) decides for every instance.
 #[derive(Debug)]
 pub(super) struct Scope {
     all: bool,
@@ -51,6 +52,17 @@ impl Scope {
     /// The instances marked, `None` for every one.
     pub(super) fn ids(&self) -> Option<&BTreeSet<String>> {
         (!self.all).then_some(&self.ids)
+    }
+
+    /// The entries of `map` this scope covers: all of them, or those of the marked ids.
+    pub(super) fn entries<'a, V>(
+        &'a self,
+        map: &'a BTreeMap<String, V>,
+    ) -> Box<dyn Iterator<Item = (&'a String, &'a V)> + 'a> {
+        match self.ids() {
+            None => Box::new(map.iter()),
+            Some(ids) => Box::new(ids.iter().filter_map(|id| map.get_key_value(id))),
+        }
     }
 
     /// Takes the scope, leaving none marked.

@@ -73,6 +73,12 @@ impl History {
         self.base_seq + self.events.len() as u64
     }
 
+    /// The event with sequence number `seq`, if the history still (or already) holds it.
+    pub(crate) fn at(&self, seq: u64) -> Option<&Arc<WatchEvent>> {
+        let index = usize::try_from(seq.checked_sub(self.base_seq)?).ok()?;
+        self.events.get(index)
+    }
+
     /// The sequence number of the first event whose revision is `rev` or later.
     pub(crate) fn seq_of(&self, rev: u64) -> u64 {
         self.base_seq + self.events.partition_point(|e| e.fact.mod_revision.0 < rev) as u64

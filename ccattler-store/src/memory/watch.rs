@@ -92,10 +92,7 @@ impl Queue {
                     break;
                 }
             };
-            let Some(event) = usize::try_from(next - history.base_seq)
-                .ok()
-                .and_then(|index| history.events.get(index))
-            else {
+            let Some(event) = history.at(next) else {
                 break;
             };
             next += 1;
@@ -104,10 +101,7 @@ impl Queue {
                 self.buf.push_back(Arc::clone(event));
             }
         }
-        let pending = usize::try_from(next - history.base_seq)
-            .ok()
-            .and_then(|index| history.events.get(index));
-        self.mode = match pending {
+        self.mode = match history.at(next) {
             None => Mode::Live,
             Some(event) => Mode::Behind {
                 seq: next,
