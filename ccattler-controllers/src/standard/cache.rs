@@ -1,27 +1,42 @@
 //! [`ClusterCache`] and [`PlanCache`]: a controller's [`Cluster`] kept up to date from one
 //! snapshot to the next, and the services a pass must plan.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use parking_lot::Mutex;
 
 use ccattler_core::{Change, FactView, Key, KeyError, ReconcileError, Value};
 
 use super::cluster::Cluster;
+use super::shared::{Reader, SharedCluster};
 
 /// Keeps a [`Cluster`] in step with the snapshots a controller is handed.
 ///
 /// # Guarantees
 ///
 /// The cluster returned for a view is the same as [`Cluster::read`] of that view; only the cost
-/// differs. The cache is derived state, so reconcile stays a pure function of the view.
+/// differs. The cache is derived state, so reconcile stays a pure function of the view. Caches
+/// made with [`sharing`](Self::sharing) one [`SharedCluster`] decode each record once between
+/// them; one made with [`new`](Self::new) has a cluster of its own.
 #[derive(Debug, Default)]
 pub struct ClusterCache {
-    last: Mutex<Option<(FactView, Cluster)>>,
+    shared: Arc<SharedCluster>,
+    reader: Mutex<Option<Reader>>,
 }
 
 impl ClusterCache {
-    /// An empty cache.
+    /// An empty cache with a cluster of its own.
     pub fn new() -> Self {
         ClusterCache::default()
+    }
+
+    /// An empty cache that reads and patches `shared`, with the other caches that share it.
+    pub fn sharing(shared: Arc<SharedCluster>) -> Self {
+        ClusterCache {
+            shared,
+            reader: Mutex::default(),
+        }
     }
 
     /// The cluster of `view`, patched from the previous one.
@@ -29,23 +44,15 @@ impl ClusterCache {
         self.read_changes(view).0
     }
 
-    /// The cluster of `view`, and the services whose records changed since the previous call;
-    /// on the first read, every service any record names (its spec, effective record,
-    /// instances, or only a status or endpoints record left of a deleted service).
-    pub fn read_changes(&self, view: &FactView) -> (Cluster, std::collections::BTreeSet<String>) {
-        // Taken out while patching: if anything panics, the next call starts afresh.
-        let previous = self.last.lock().take();
-        let mut cluster = match previous {
-            Some((old_view, mut cluster)) => {
-                for (key, _, new) in view.changes_since(&old_view) {
-                    cluster.apply(key, new);
-                }
-                cluster
-            }
-            None => Cluster::read(view),
-        };
-        let touched = cluster.take_touched();
-        *self.last.lock() = Some((view.clone(), cluster.clone()));
+    /// The cluster of `view`, and the services whose records changed since the previous call
+    /// (a few more at times, when the cluster is shared); on the first read, every service any
+    /// record names (its spec, effective record, instances, or only a status or endpoints
+    /// record left of a deleted service).
+    pub fn read_changes(&self, view: &FactView) -> (Cluster, BTreeSet<String>) {
+        // Taken out while reading: if anything panics, the next call starts afresh.
+        let previous = self.reader.lock().take();
+        let (cluster, touched, reader) = self.shared.read(previous, view);
+        *self.reader.lock() = Some(reader);
         (cluster, touched)
     }
 }
@@ -62,17 +69,25 @@ impl ClusterCache {
 #[derive(Debug, Default)]
 pub struct PlanCache {
     cache: ClusterCache,
-    pending: Mutex<std::collections::BTreeSet<String>>,
+    pending: Mutex<BTreeSet<String>>,
 }
 
 impl PlanCache {
-    /// An empty cache.
+    /// An empty cache with a cluster of its own.
     pub fn new() -> Self {
         PlanCache::default()
     }
 
+    /// An empty cache whose cluster is `shared` with other controllers' caches.
+    pub fn sharing(shared: Arc<SharedCluster>) -> Self {
+        PlanCache {
+            cache: ClusterCache::sharing(shared),
+            pending: Mutex::default(),
+        }
+    }
+
     /// The cluster of `view` and the services to plan in this pass.
-    pub fn begin(&self, view: &FactView) -> (Cluster, std::collections::BTreeSet<String>) {
+    pub fn begin(&self, view: &FactView) -> (Cluster, BTreeSet<String>) {
         let (cluster, touched) = self.cache.read_changes(view);
         let mut pending = self.pending.lock();
         pending.extend(touched);
@@ -80,7 +95,7 @@ impl PlanCache {
     }
 
     /// Records which of the planned services still had changes to propose.
-    pub fn finish(&self, with_changes: std::collections::BTreeSet<String>) {
+    pub fn finish(&self, with_changes: BTreeSet<String>) {
         *self.pending.lock() = with_changes;
     }
 
@@ -100,7 +115,7 @@ impl PlanCache {
     ) -> Result<Vec<Change>, ReconcileError> {
         let (cluster, to_plan) = self.begin(facts);
         let mut changes = Vec::new();
-        let mut with_changes = std::collections::BTreeSet::new();
+        let mut with_changes = BTreeSet::new();
         for name in &to_plan {
             let key = key(name)?;
             let held = facts.get(key.as_str());

@@ -368,6 +368,34 @@ impl Cluster {
         })
     }
 
+    /// Every service a record names: a spec, an instance, or a placement (whose instance record
+    /// may be gone). What a first read touches, without the records a
+    /// [`SharedCluster`](super::SharedCluster) leaves to each reader.
+    pub(super) fn services_named(&self) -> std::collections::BTreeSet<String> {
+        let placed = self
+            .records
+            .values()
+            .flat_map(|r| r.placements.iter().map(|p| &p.service));
+        self.services
+            .keys()
+            .chain(self.by_service.keys())
+            .chain(placed)
+            .cloned()
+            .collect()
+    }
+
+    /// Takes the records a [`SharedCluster`](super::SharedCluster) does not hold (effective
+    /// counts, rebalance moves, node status and their undecodable keys) from `own`, a cluster
+    /// that a reader patched with only those. O(log n): the maps are persistent.
+    pub(super) fn overlay(&mut self, own: &Cluster) {
+        self.effective = own.effective.clone();
+        self.moves = own.moves.clone();
+        self.nodes = own.nodes.clone();
+        if !own.invalid.is_empty() {
+            self.invalid = self.invalid.clone().union(own.invalid.clone());
+        }
+    }
+
     /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
     pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
         self.invalid.remove(key);

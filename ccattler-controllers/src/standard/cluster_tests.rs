@@ -286,6 +286,8 @@ mod model {
         /// The instance's placement on the node removed, the others kept.
         Unplace(usize, usize),
         Observe(usize, usize, Option<bool>),
+        /// The service's effective count (a record a shared cluster leaves to each reader).
+        Effective(usize, Option<u32>),
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -300,6 +302,7 @@ mod model {
             (0..4usize, 0..2usize).prop_map(|(i, n)| Step::Unplace(i, n)),
             (0..2usize, 0..4usize, proptest::option::of(any::<bool>()))
                 .prop_map(|(n, i, o)| Step::Observe(n, i, o)),
+            (0..2usize, proptest::option::of(0..3u32)).prop_map(|(s, c)| Step::Effective(s, c)),
         ]
     }
 
@@ -374,6 +377,15 @@ mod model {
                         .as_str(),
                 );
             }
+            Step::Effective(s, count) => set(
+                keys::effective(SERVICES[*s]).unwrap(),
+                count.map(|instances| {
+                    schema::encode(&EffectiveService {
+                        instances,
+                        version: "v".into(),
+                    })
+                }),
+            ),
             Step::Observe(n, i, running) => set(
                 keys::observed_instance(NODES[*n], &format!("i{i}")).unwrap(),
                 running.map(|r| {
@@ -406,6 +418,51 @@ mod model {
         ));
     }
 
+    /// Whether `patched` reads as `fresh` does.
+    fn same(patched: &Cluster, fresh: &Cluster) -> Result<(), TestCaseError> {
+        prop_assert_eq!(&patched.instances, &fresh.instances);
+        prop_assert_eq!(&patched.usage, &fresh.usage);
+        prop_assert_eq!(&patched.services, &fresh.services);
+        prop_assert_eq!(&patched.effective, &fresh.effective);
+        prop_assert_eq!(&patched.alive, &fresh.alive);
+        prop_assert_eq!(&patched.registered, &fresh.registered);
+        let ids = |c: &Cluster| c.unplaced().map(|i| i.id.clone()).collect::<Vec<_>>();
+        prop_assert_eq!(ids(patched), ids(fresh));
+        let orphans = |c: &Cluster| c.orphan_placements().cloned().collect::<Vec<_>>();
+        prop_assert_eq!(orphans(patched), orphans(fresh));
+        for id in 0..4 {
+            let id = format!("i{id}");
+            prop_assert_eq!(patched.placement(&id), fresh.placement(&id));
+        }
+        for n in NODES {
+            let on = |c: &Cluster| c.instances_on(n).map(|i| i.id.clone()).collect::<Vec<_>>();
+            prop_assert_eq!(on(patched), on(fresh));
+        }
+        for s in SERVICES {
+            let of = |c: &Cluster| c.instances_of(s).map(|i| i.id.clone()).collect::<Vec<_>>();
+            prop_assert_eq!(of(patched), of(fresh));
+        }
+        Ok(())
+    }
+
+    /// What a controller planning service `s` reads of it.
+    fn service_records(c: &Cluster, s: &str) -> String {
+        let instances: Vec<_> = c.instances_of(s).collect();
+        format!(
+            "{:?} {:?} {instances:?}",
+            c.services.get(s),
+            c.effective.get(s)
+        )
+    }
+
+    /// `view` without its effective records: what the endpoint controller watches.
+    fn without_effective(view: &FactView) -> FactView {
+        let kept = view
+            .iter()
+            .filter(|f| !f.key.as_str().starts_with(schema::EFFECTIVE_SERVICES));
+        FactView::from_facts(view.revision(), kept.cloned())
+    }
+
     proptest! {
         #[test]
         fn the_cache_always_agrees_with_a_fresh_read(steps in proptest::collection::vec(step(), 1..40)) {
@@ -413,29 +470,40 @@ mod model {
             let mut view = FactView::new();
             for (n, step) in steps.iter().enumerate() {
                 apply(&mut view, step, n as u64 + 1);
-                let patched = cache.read(&view);
+                same(&cache.read(&view), &Cluster::read(&view))?;
+            }
+        }
+
+        /// Three caches share one cluster, each reading its own view, some behind the others,
+        /// one without the effective records: each gets its view's cluster, and every service
+        /// whose records changed since its own previous read.
+        #[test]
+        fn caches_sharing_a_cluster_each_read_their_own_view(
+            steps in proptest::collection::vec((step(), 0..3usize, 0..3usize), 1..40),
+        ) {
+            let shared = Arc::new(crate::standard::SharedCluster::new());
+            let caches: Vec<_> = (0..3).map(|_| ClusterCache::sharing(Arc::clone(&shared))).collect();
+            let mut last: Vec<Option<Cluster>> = vec![None, None, None];
+            let mut history = vec![FactView::new()];
+            for (n, (step, reader, lag)) in steps.iter().enumerate() {
+                let mut view = history[n].clone();
+                apply(&mut view, step, n as u64 + 1);
+                history.push(view);
+                let mut view = history[history.len() - 1 - lag.min(&n)].clone();
+                if *reader == 2 {
+                    view = without_effective(&view);
+                }
+                let (patched, touched) = caches[*reader].read_changes(&view);
                 let fresh = Cluster::read(&view);
-                prop_assert_eq!(&patched.instances, &fresh.instances);
-                prop_assert_eq!(&patched.usage, &fresh.usage);
-                prop_assert_eq!(&patched.services, &fresh.services);
-                prop_assert_eq!(&patched.alive, &fresh.alive);
-                prop_assert_eq!(&patched.registered, &fresh.registered);
-                let ids = |c: &Cluster| c.unplaced().map(|i| i.id.clone()).collect::<Vec<_>>();
-                prop_assert_eq!(ids(&patched), ids(&fresh));
-                let orphans = |c: &Cluster| c.orphan_placements().cloned().collect::<Vec<_>>();
-                prop_assert_eq!(orphans(&patched), orphans(&fresh));
-                for id in 0..4 {
-                    let id = format!("i{id}");
-                    prop_assert_eq!(patched.placement(&id), fresh.placement(&id));
+                same(&patched, &fresh)?;
+                if let Some(before) = &last[*reader] {
+                    for s in SERVICES {
+                        if service_records(before, s) != service_records(&fresh, s) {
+                            prop_assert!(touched.contains(s), "{} changed, not touched", s);
+                        }
+                    }
                 }
-                for n in NODES {
-                    let on = |c: &Cluster| c.instances_on(n).map(|i| i.id.clone()).collect::<Vec<_>>();
-                    prop_assert_eq!(on(&patched), on(&fresh));
-                }
-                for s in SERVICES {
-                    let of = |c: &Cluster| c.instances_of(s).map(|i| i.id.clone()).collect::<Vec<_>>();
-                    prop_assert_eq!(of(&patched), of(&fresh));
-                }
+                last[*reader] = Some(fresh);
             }
         }
     }

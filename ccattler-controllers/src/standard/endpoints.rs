@@ -3,7 +3,10 @@
 use ccattler_core::schema::{self, DesiredState, Endpoint, Endpoints, Health};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
+use std::sync::Arc;
+
 use super::cache::PlanCache;
+use super::shared::SharedCluster;
 
 /// Writes `endpoint/service/{svc}`: the service's instances that serve, each with its address
 /// and node, sorted by address, then instance. Instances are never merged: two that report one
@@ -24,6 +27,14 @@ impl EndpointController {
     /// A new controller (with an empty cache of the cluster it reads).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A new controller whose cache of the cluster is `shared` with other controllers in this
+    /// process: the same plans, each record decoded once between them.
+    pub fn sharing(shared: Arc<SharedCluster>) -> Self {
+        EndpointController {
+            cache: PlanCache::sharing(shared),
+        }
     }
 }
 

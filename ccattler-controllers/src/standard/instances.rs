@@ -1,6 +1,7 @@
 //! [`InstanceController`]: keeps the right number of current-version instances of each service.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use ccattler_core::schema::{
     self, DesiredInstance, DesiredState, EffectiveService, RebalanceMove, RestartPolicy,
@@ -11,6 +12,7 @@ use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileErr
 use super::cache::PlanCache;
 use super::cluster::{Cluster, Instance, Standing};
 use super::events::instance_events;
+use super::shared::SharedCluster;
 use super::stop_order::stop_order;
 
 /// Creates, stops and forgets `desired/instance/{id}` records.
@@ -135,6 +137,14 @@ impl InstanceController {
     /// A new controller (with an empty cache of the cluster it reads).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A new controller whose cache of the cluster is `shared` with other controllers in this
+    /// process: the same plans, each record decoded once between them.
+    pub fn sharing(shared: Arc<SharedCluster>) -> Self {
+        InstanceController {
+            cache: PlanCache::sharing(shared),
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! The standard controllers: from desired services to placed, running, reachable instances.
 //!
 //! Each is a [`ccattler_core::Controller`] with its own write domain, and a pure function of
-//! the view and the context it is handed: the caches they keep across calls only save work.
+//! the view and the context it is handed: the caches they keep across calls only save work
+//! (three of them may share one decoded cluster, [`SharedCluster`], and still each read only
+//! its own view).
 //! One exception, on purpose: the scheduler judges every service's spread at most every 5 s
 //! of the context's time, remembering when it last did, so a rebalancing suggestion for room
 //! freed by another service can wait for that sweep (see `spread.rs`). They meet
@@ -35,6 +37,7 @@ mod network;
 mod network_rules;
 mod placement;
 mod schedule_cache;
+mod shared;
 mod spread;
 mod status;
 mod stop_order;
@@ -47,20 +50,29 @@ pub use intent::IntentResolver;
 pub use network::NetworkController;
 pub use network_rules::{NetworkInputs, Touched};
 pub use placement::SchedulerController;
+pub use shared::SharedCluster;
 pub use status::StatusController;
 
 use std::sync::Arc;
 
 use ccattler_core::Controller;
 
-/// One of each standard controller.
+/// One of each standard controller. The instance, endpoint and status controllers share one
+/// [`SharedCluster`], so the records all three read are decoded and indexed once.
 pub fn all() -> Vec<Arc<dyn Controller>> {
+    all_sharing(Arc::new(SharedCluster::new()))
+}
+
+/// One of each standard controller, the instance, endpoint and status controllers sharing
+/// `shared`: with the controllers of an earlier call, for instance when one of them is made
+/// again after it stopped. Any number of controllers may share one; each reads its own view.
+pub fn all_sharing(shared: Arc<SharedCluster>) -> Vec<Arc<dyn Controller>> {
     vec![
         Arc::new(IntentResolver),
-        Arc::new(InstanceController::new()),
+        Arc::new(InstanceController::sharing(Arc::clone(&shared))),
         Arc::new(SchedulerController::new()),
-        Arc::new(EndpointController::new()),
+        Arc::new(EndpointController::sharing(Arc::clone(&shared))),
         Arc::new(NetworkController::new()),
-        Arc::new(StatusController::new()),
+        Arc::new(StatusController::sharing(shared)),
     ]
 }

@@ -3,8 +3,11 @@
 use ccattler_core::schema::{self, ServiceStatus};
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
+use std::sync::Arc;
+
 use super::cache::PlanCache;
 use super::cluster::Standing;
+use super::shared::SharedCluster;
 
 /// Writes `status/service/{svc}`: desired, present, running and ready as separate numbers
 /// (replica count and availability are different things), and whether the service is being
@@ -25,6 +28,14 @@ impl StatusController {
     /// A new controller (with an empty cache of the cluster it reads).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A new controller whose cache of the cluster is `shared` with other controllers in this
+    /// process: the same plans, each record decoded once between them.
+    pub fn sharing(shared: Arc<SharedCluster>) -> Self {
+        StatusController {
+            cache: PlanCache::sharing(shared),
+        }
     }
 }
 

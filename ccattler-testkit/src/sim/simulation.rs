@@ -42,8 +42,15 @@ impl std::fmt::Debug for Simulation {
 impl Simulation {
     /// A builder for a run that applies `desired` (the facts of a checked `.cca` document).
     pub fn builder(desired: DesiredFacts) -> SimulationBuilder {
+        // One cluster shared by every controller made, restarted and replicated, as the
+        // controllers of one process share it: each reads its own view, so sharing across
+        // replicas and restarts holds too, and puts the shared path to the hardest test.
+        let shared = Arc::new(standard::SharedCluster::new());
         let controllers = (0..standard::all().len())
-            .map(|i| -> MakeController { Arc::new(move || standard::all()[i].clone()) })
+            .map(|i| -> MakeController {
+                let shared = Arc::clone(&shared);
+                Arc::new(move || standard::all_sharing(Arc::clone(&shared))[i].clone())
+            })
             .collect();
         SimulationBuilder {
             desired,
