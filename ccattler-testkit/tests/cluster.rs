@@ -475,7 +475,9 @@ async fn a_restarted_runner_over_the_same_store_creates_nothing() {
         .await
         .expect("valid");
     let before = cluster.wait_converged(WAIT).await.expect("converges");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Past one telemetry interval: each node has written what its running instances use,
+    // which does not change while they idle.
+    tokio::time::sleep(Duration::from_secs(11)).await;
     let revision = cluster.store().revision().await.expect("revision");
 
     cluster.restart_runner().await;

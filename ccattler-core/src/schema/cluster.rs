@@ -223,7 +223,9 @@ pub enum Health {
     Unhealthy,
 }
 
-/// `observed/instance/{id}`: what the agent of the instance's node reports.
+/// `observed/instance/{id}`: what the agent of the instance's node reports. What the instance
+/// uses is not here but in its node's [`NodeTelemetry`](super::NodeTelemetry), so that use that
+/// changes does not rewrite this record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct InstanceObservation {
@@ -252,10 +254,6 @@ pub struct InstanceObservation {
     /// Why it failed, for people.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// CPU in use.
-    pub cpu: Cpu,
-    /// Memory in use.
-    pub memory: Memory,
     /// The node lease the agent held when it wrote this report. A report written under an
     /// earlier lease predates the node's current registration (the node crashed and came back)
     /// and says nothing about what runs there now.

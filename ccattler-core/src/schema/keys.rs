@@ -74,6 +74,10 @@ pub fn node_rules(node: &str) -> Result<Key, KeyError> {
 pub fn network_report(node: &str) -> Result<Key, KeyError> {
     Key::join(NETWORK_REPORTS, [segment(node)?])
 }
+/// `telemetry/node/{node}`.
+pub fn telemetry(node: &str) -> Result<Key, KeyError> {
+    Key::join(TELEMETRY, [segment(node)?])
+}
 /// `endpoint/service/{svc}`.
 pub fn endpoints(service: &str) -> Result<Key, KeyError> {
     Key::join(SERVICE_ENDPOINTS, [service])
@@ -167,6 +171,8 @@ pub enum RecordKey<'k> {
     NodeRules(&'k str),
     /// `observed/network/{node}`.
     NetworkReport(&'k str),
+    /// `telemetry/node/{node}`.
+    Telemetry(&'k str),
     /// `endpoint/service/{svc}`.
     Endpoints(&'k str),
     /// `status/service/{svc}`.
@@ -234,6 +240,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::NodeRules(one(NODE_RULES)?)
         } else if key.starts_with(NETWORK_REPORTS) {
             RecordKey::NetworkReport(one(NETWORK_REPORTS)?)
+        } else if key.starts_with(TELEMETRY) {
+            RecordKey::Telemetry(one(TELEMETRY)?)
         } else if let Some(n) = name(SERVICE_ENDPOINTS) {
             RecordKey::Endpoints(n)
         } else if let Some(n) = name(SERVICE_STATUSES) {
@@ -282,6 +290,7 @@ impl<'k> RecordKey<'k> {
             RecordKey::ObservedInstance { node, instance } => observed_instance(node, instance),
             RecordKey::NodeRules(n) => node_rules(n),
             RecordKey::NetworkReport(n) => network_report(n),
+            RecordKey::Telemetry(n) => telemetry(n),
             RecordKey::Endpoints(n) => endpoints(n),
             RecordKey::ServiceStatus(n) => service_status(n),
             RecordKey::Unschedulable(id) => unschedulable(id),
@@ -323,7 +332,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::NodeLease(n)
             | RecordKey::Node(n)
             | RecordKey::NodeRules(n)
-            | RecordKey::NetworkReport(n) => Some(n),
+            | RecordKey::NetworkReport(n)
+            | RecordKey::Telemetry(n) => Some(n),
             RecordKey::Placement { node, .. } | RecordKey::ObservedInstance { node, .. } => {
                 Some(node)
             }
@@ -359,7 +369,7 @@ fn placement_prefix(node: &str) -> Result<Key, KeyError> {
 
 /// Whether the agent of `node` may write `key`: exactly its liveness key
 /// (`lease/node/{node}`), its status (`observed/node/{node}`), its firewall's report
-/// (`observed/network/{node}`), its reports
+/// (`observed/network/{node}`), its telemetry (`telemetry/node/{node}`), its reports
 /// (`observed/instance/{node}/{id}`, one segment per id, not `.` or `..`) and its own events
 /// (`event/{object}/node.{node}/{slot}`); nothing of any other node, however the names overlap
 /// (`n1` never writes for `n10`).
@@ -369,9 +379,12 @@ pub fn node_may_write(node: &str, key: &str) -> bool {
         return false;
     }
     match RecordKey::parse_str(key) {
-        Some(RecordKey::NodeLease(n) | RecordKey::Node(n) | RecordKey::NetworkReport(n)) => {
-            n == node && id_ok(n)
-        }
+        Some(
+            RecordKey::NodeLease(n)
+            | RecordKey::Node(n)
+            | RecordKey::NetworkReport(n)
+            | RecordKey::Telemetry(n),
+        ) => n == node && id_ok(n),
         Some(RecordKey::ObservedInstance { node: n, instance }) => {
             n == node && id_ok(n) && id_ok(instance)
         }
@@ -406,6 +419,7 @@ mod tests {
             },
             RecordKey::NodeRules("n1"),
             RecordKey::NetworkReport("n1"),
+            RecordKey::Telemetry("n1"),
             RecordKey::Endpoints("team/web"),
             RecordKey::ServiceStatus("web"),
             RecordKey::Unschedulable("web-1"),

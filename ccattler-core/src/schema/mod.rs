@@ -22,6 +22,7 @@
 //! | `endpoint/service/{svc}` | [`Endpoints`] | endpoint controller |
 //! | `network/node/{node}` | [`NodeRules`] | network controller |
 //! | `observed/network/{node}` | [`NetworkReport`] | that node's agent (its firewall) |
+//! | `telemetry/node/{node}` | [`NodeTelemetry`], attached to the node's store lease | that node's agent |
 //! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
 //! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
 //! | `status/placed/{id}` | the node the instance is placed on (a JSON string), beside its placement: one key guards where an instance goes, so a scheduler that missed a placement cannot add a second | scheduler |
@@ -44,6 +45,7 @@ mod duration;
 mod network;
 mod quantity;
 mod service;
+mod telemetry;
 mod volume;
 
 pub use cluster::{
@@ -59,6 +61,7 @@ pub use service::{
     Resources, RestartPolicy, ScaleTarget, SecretRef, ServiceSpec, UpdatePolicy, VolumeMount,
     ZonePolicy,
 };
+pub use telemetry::{InstanceUsage, NodeTelemetry};
 pub use volume::VolumeSpec;
 
 use serde::Serialize;
@@ -94,6 +97,8 @@ pub const OBSERVED_INSTANCES: &str = "observed/instance/";
 pub const NODE_RULES: &str = "network/node/";
 /// Prefix of the [`NetworkReport`] of each node (`observed/network/{node}`).
 pub const NETWORK_REPORTS: &str = "observed/network/";
+/// Prefix of the [`NodeTelemetry`] of each node (`telemetry/node/{node}`).
+pub const TELEMETRY: &str = "telemetry/node/";
 /// Prefix of [`Endpoints`].
 pub const SERVICE_ENDPOINTS: &str = "endpoint/service/";
 /// Prefix of [`ServiceStatus`]es.

@@ -101,6 +101,16 @@ pub enum Action {
         /// The node's lease.
         lease: LeaseId,
     },
+    /// Put the node's telemetry (`telemetry/node/{node}`) under `lease`. Report with
+    /// [`telemetry_written`](super::AgentLoop::telemetry_written).
+    WriteTelemetry {
+        /// `telemetry/node/{node}`.
+        key: Key,
+        /// The [`NodeTelemetry`](ccattler_core::schema::NodeTelemetry) record.
+        value: Value,
+        /// The node's lease.
+        lease: LeaseId,
+    },
     /// Ask the runtime what runs, and the stats of what runs. Report with
     /// [`observed`](super::AgentLoop::observed).
     Observe,
@@ -175,7 +185,8 @@ impl Action {
             | Action::Watch { .. }
             | Action::FetchSpecs { .. }
             | Action::FetchSecrets { .. }
-            | Action::Report { .. } => Lane::Store,
+            | Action::Report { .. }
+            | Action::WriteTelemetry { .. } => Lane::Store,
             Action::KeepLease { .. } => Lane::Lease,
             Action::Observe
             | Action::EnsureRunning { .. }
@@ -221,6 +232,7 @@ impl fmt::Display for Action {
                 }
                 Ok(())
             }
+            Action::WriteTelemetry { .. } => f.write_str("write telemetry"),
             Action::Observe => f.write_str("observe"),
             Action::EnsureRunning { spec } => write!(f, "ensure_running {}", spec.id),
             Action::EnsureStopped { id, reason, .. } => {

@@ -57,6 +57,10 @@ pub struct AgentConfig {
     /// mounted file is rewritten in place, an environment variable restarts the instance.
     /// Default 10 s.
     pub secret_refresh_interval: Duration,
+    /// How often, at most, the agent writes its node's telemetry (`telemetry/node/{node}`: what
+    /// its running instances use), and only when it changed enough (see
+    /// [`NodeTelemetry`](ccattler_core::schema::NodeTelemetry)). Zero: never. Default 10 s.
+    pub telemetry_interval: Duration,
     /// Whether the agent records [events](ccattler_core::event) about its instances (started,
     /// ready, failed, restarted...) with its reports. Default true.
     pub events: bool,
@@ -97,6 +101,7 @@ impl AgentConfig {
             sync_interval: Duration::from_secs(1),
             resync_interval: Duration::from_secs(30),
             secret_refresh_interval: Duration::from_secs(10),
+            telemetry_interval: Duration::from_secs(10),
             events: true,
             stop_grace: Duration::from_secs(10),
             retry_delays: LoopConfig::default().restart_delays,
@@ -167,6 +172,13 @@ impl AgentConfig {
     #[must_use]
     pub fn secret_refresh_interval(mut self, every: Duration) -> Self {
         self.secret_refresh_interval = every;
+        self
+    }
+
+    /// Sets how often, at most, the node's telemetry is written (zero: never).
+    #[must_use]
+    pub fn telemetry_interval(mut self, every: Duration) -> Self {
+        self.telemetry_interval = every;
         self
     }
 

@@ -23,6 +23,8 @@ impl AgentLoop {
             Ok(lease) => {
                 self.stats.registrations += 1;
                 self.desired.lease = Some(lease.0);
+                // What the store holds under another lease went with it: written anew.
+                self.telemetry_written = None;
                 self.save_cache();
                 self.link = Link::Listing { lease };
                 // Kept alive from now on, on a schedule of its own: no pass, report or fetch

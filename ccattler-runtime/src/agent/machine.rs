@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use ccattler_core::schema::{self, Assignment, InstanceObservation, keys};
+use ccattler_core::schema::{self, Assignment, InstanceObservation, NodeTelemetry, keys};
 use ccattler_core::{EventRing, Key, LeaseId, Revision};
 
 use super::action::{Action, Sample};
@@ -67,6 +67,7 @@ pub(super) enum StoreOp {
     FetchSpecs(Vec<String>),
     FetchSecrets(Vec<String>),
     Report(Vec<(String, Option<InstanceObservation>)>),
+    Telemetry(Box<NodeTelemetry>),
 }
 
 /// A runtime action of one instance in flight, to match its result.
@@ -115,7 +116,8 @@ impl RuntimeOp {
 /// [`registered`](Self::registered), [`listed`](Self::listed), [`event`](Self::event) and
 /// [`watch_failed`](Self::watch_failed) for the placement watch,
 /// [`fetched_specs`](Self::fetched_specs), [`fetched_secrets`](Self::fetched_secrets),
-/// [`renewed`](Self::renewed), [`reported`](Self::reported), [`observed`](Self::observed),
+/// [`renewed`](Self::renewed), [`reported`](Self::reported),
+/// [`telemetry_written`](Self::telemetry_written), [`observed`](Self::observed),
 /// [`done`](Self::done) and [`probed`](Self::probed). Outputs: [`next_action`](Self::next_action)
 /// until `None`, then wait for a result, a watch event or [`deadline`](Self::deadline).
 ///
@@ -140,6 +142,10 @@ impl RuntimeOp {
 /// [`AgentConfig::sync_interval`], and at once after a placement, spec or secret changes; the
 /// specs that new placements need are fetched in one action. While a start is in flight, the
 /// runtime is observed every second and the report follows it (a pull's progress).
+///
+/// Every [`AgentConfig::telemetry_interval`] the loop looks at what its running instances use
+/// (the samples of its last observation) and writes the node's telemetry record when it moved
+/// enough ([`NodeTelemetry`] states the rule): use never goes into an observation.
 ///
 /// # Guarantees
 ///
@@ -228,6 +234,10 @@ pub struct AgentLoop {
     pub(super) missing_secrets: BTreeSet<String>,
     /// When the secrets the placed specs name are fetched again, to see changes.
     pub(super) secrets_refresh_at: Duration,
+    /// The telemetry record the store holds under the current lease, as far as the loop knows.
+    pub(super) telemetry_written: Option<NodeTelemetry>,
+    /// When the telemetry is looked at again.
+    pub(super) telemetry_at: Duration,
     /// The slots of the events this node writes, per instance.
     pub(super) event_ring: EventRing,
     /// The wall-clock time of `now` zero, for the events' timestamps.
@@ -275,6 +285,8 @@ impl AgentLoop {
             unavailable: BTreeSet::new(),
             missing_secrets: BTreeSet::new(),
             secrets_refresh_at: Duration::ZERO,
+            telemetry_written: None,
+            telemetry_at: Duration::ZERO,
             event_ring,
             epoch: SystemTime::UNIX_EPOCH,
             outbox: VecDeque::new(),
@@ -335,7 +347,11 @@ impl AgentLoop {
             .flatten()
             .min();
         let batched = batched.filter(|_| !observing);
-        [link, pass, progress, batched].into_iter().flatten().min()
+        let telemetry = self.telemetry_due().filter(|_| self.store_busy.is_none());
+        [link, pass, progress, batched, telemetry]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// When what finishes now is due to be observed at the latest ([`ACTION_BATCH`] from now).
@@ -449,7 +465,7 @@ impl AgentLoop {
                         });
                     }
                 }
-                None
+                self.telemetry_work(lease)
             }
             _ => None,
         }

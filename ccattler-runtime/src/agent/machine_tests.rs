@@ -53,6 +53,14 @@ impl Step {
         Step::over(store, clock, SimulatorRuntime::new(), Desired::default())
     }
 
+    /// A loop over `sim`, on a fresh store.
+    pub(super) fn with_runtime(sim: SimulatorRuntime) -> Self {
+        let clock = ManualClock::new();
+        let store =
+            MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
+        Step::over(store, clock, sim, Desired::default())
+    }
+
     fn over(store: MemoryStore, clock: ManualClock, sim: SimulatorRuntime, cache: Desired) -> Self {
         let config = AgentConfig::new(NODE, "/nonexistent/agent")
             .lease_ttl(TTL)
@@ -81,7 +89,7 @@ impl Step {
     }
 
     /// Performs actions until the loop waits.
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         for _ in 0..10_000 {
             let now = self.clock.now_duration();
             self.machine.tick(now);
@@ -264,7 +272,7 @@ impl Step {
         self.put(schema::keys::placement(NODE, id).expect("key"), &assignment);
     }
 
-    fn unplace(&self, id: &str) {
+    pub(super) fn unplace(&self, id: &str) {
         self.store
             .delete(&schema::keys::placement(NODE, id).expect("key"))
             .now_or_never()

@@ -74,6 +74,9 @@ mod scope;
 #[cfg(test)]
 mod secret_tests;
 mod spec;
+mod telemetry;
+#[cfg(test)]
+mod telemetry_tests;
 mod trace;
 mod work;
 

@@ -36,6 +36,8 @@ pub enum Outcome {
     },
     /// Of [`Action::Report`].
     Reported(Result<(), StoreError>),
+    /// Of [`Action::WriteTelemetry`].
+    TelemetryWritten(Result<(), StoreError>),
     /// Of [`Action::Observe`].
     Observed(Result<Vec<Sample>, RuntimeError>),
     /// Of [`Action::EnsureRunning`], [`Action::EnsureStopped`], [`Action::UpdateFiles`] and
@@ -65,6 +67,7 @@ impl Outcome {
             Outcome::FetchedSecrets(r) => machine.fetched_secrets(r),
             Outcome::Renewed { lease, result } => machine.renewed(lease, result),
             Outcome::Reported(r) => machine.reported(r),
+            Outcome::TelemetryWritten(r) => machine.telemetry_written(r),
             Outcome::Observed(r) => machine.observed(r),
             Outcome::Done { id, result } => machine.done(&id, result),
             Outcome::Probed { id, result } => machine.probed(&id, result),
@@ -76,9 +79,9 @@ impl Outcome {
         match self {
             Outcome::Registered(Err(e)) | Outcome::Listed(Err(e)) => Some(e.to_string()),
             Outcome::FetchedSpecs(Err(e)) | Outcome::FetchedSecrets(Err(e)) => Some(e.to_string()),
-            Outcome::Renewed { result: Err(e), .. } | Outcome::Reported(Err(e)) => {
-                Some(e.to_string())
-            }
+            Outcome::Renewed { result: Err(e), .. }
+            | Outcome::Reported(Err(e))
+            | Outcome::TelemetryWritten(Err(e)) => Some(e.to_string()),
             Outcome::Observed(Err(e)) | Outcome::Done { result: Err(e), .. } => Some(e.to_string()),
             Outcome::Probed { result: Err(e), .. } => Some(e.clone()),
             _ => None,
@@ -147,6 +150,9 @@ pub async fn store_action<S: FactStore>(
                 .await,
             )
         }
+        Action::WriteTelemetry { key, value, lease } => {
+            Outcome::TelemetryWritten(store.put_with_lease(&key, value, lease).await.map(|_| ()))
+        }
         _ => return None,
     })
 }
@@ -167,6 +173,7 @@ pub fn store_failure(action: &Action, error: StoreError) -> Option<Outcome> {
         Action::FetchSpecs { .. } => Outcome::FetchedSpecs(Err(error)),
         Action::FetchSecrets { .. } => Outcome::FetchedSecrets(Err(error)),
         Action::Report { .. } => Outcome::Reported(Err(error)),
+        Action::WriteTelemetry { .. } => Outcome::TelemetryWritten(Err(error)),
         _ => return None,
     })
 }

@@ -3,9 +3,7 @@
 
 use std::borrow::Cow;
 
-use ccattler_core::schema::{
-    self, Cpu, DesiredState, Health, InstanceObservation, Memory, ObservedState,
-};
+use ccattler_core::schema::{self, DesiredState, Health, InstanceObservation, ObservedState};
 use ccattler_core::{Event, InstanceState, Key, LeaseId, Value};
 
 use super::events::transitions;
@@ -104,8 +102,6 @@ impl AgentLoop {
             ready: false,
             exit_code: None,
             reason: None,
-            cpu: Cpu::default(),
-            memory: Memory::default(),
         };
         match seen.map(|o| &o.state) {
             // Asked to stop, and the runtime has nothing of it (it never started here, or the
@@ -185,10 +181,6 @@ impl AgentLoop {
             if let Some(reason) = probe(ProbeKind::Readiness).and_then(|p| p.last_error.as_ref()) {
                 report.reason = Some(format!("readiness: {reason}").into());
             }
-            if let Some(stats) = sample.and_then(|s| s.stats) {
-                report.cpu = stats.cpu;
-                report.memory = stats.memory;
-            }
         }
         report
     }
@@ -209,8 +201,6 @@ struct Draft<'a> {
     restarts: u32,
     exit_code: Option<i32>,
     reason: Option<Cow<'a, str>>,
-    cpu: Cpu,
-    memory: Memory,
     lease: Option<i64>,
     stop_asked: bool,
 }
@@ -230,8 +220,6 @@ impl Draft<'_> {
             restarts,
             exit_code,
             reason,
-            cpu,
-            memory,
             lease,
             stop_asked,
         } = reported;
@@ -246,8 +234,6 @@ impl Draft<'_> {
             && self.restarts == *restarts
             && self.exit_code == *exit_code
             && self.reason.as_deref() == reason.as_deref()
-            && self.cpu == *cpu
-            && self.memory == *memory
             && self.lease == *lease
             && self.stop_asked == *stop_asked
     }
@@ -266,8 +252,6 @@ impl Draft<'_> {
             restarts: self.restarts,
             exit_code: self.exit_code,
             reason: self.reason.map(Cow::into_owned),
-            cpu: self.cpu,
-            memory: self.memory,
             lease: self.lease,
             stop_asked: self.stop_asked,
         }

@@ -31,10 +31,12 @@
 //! [`Faults::fail_probes`] names it.
 //!
 //! Stats report the spec's memory limit as the memory in use (16 MiB when the spec has none) and
-//! no CPU. An instance whose spec has ports serves at `{host}:{port}`, its first host port: the
+//! no CPU, unless a [`Load`] model shared with [`SimulatorRuntime::with_load`] gives the
+//! service a [`Demand`]. An instance whose spec has ports serves at `{host}:{port}`, its first host port: the
 //! host is `127.0.0.1` unless [`SimulatorRuntime::on_host`] names another.
 
 mod faults;
+mod load;
 mod table;
 
 use std::sync::Arc;
@@ -47,6 +49,7 @@ use ccattler_core::{
 use parking_lot::Mutex;
 
 pub use faults::Faults;
+pub use load::{Demand, Load};
 use table::Table;
 
 /// The in-memory runtime. Cheap to clone; clones share one table of instances.
@@ -68,6 +71,7 @@ use table::Table;
 #[derive(Clone, Debug, Default)]
 pub struct SimulatorRuntime {
     table: Arc<Mutex<Table>>,
+    load: Option<Load>,
 }
 
 impl SimulatorRuntime {
@@ -81,6 +85,15 @@ impl SimulatorRuntime {
         let sim = SimulatorRuntime::new();
         sim.table.lock().host = Some(host.into());
         sim
+    }
+
+    /// This simulator, its instances using what `load` says (shared with other simulators:
+    /// a service's CPU demand is shared by its instances on all of them).
+    #[must_use]
+    pub fn with_load(mut self, load: &Load) -> Self {
+        load.attach(&self.table);
+        self.load = Some(load.clone());
+        self
     }
 
     /// The handle that injects faults into this simulator (and its clones).
@@ -157,7 +170,18 @@ impl Runtime for SimulatorRuntime {
     }
 
     async fn stats(&self, id: &str) -> Result<InstanceStats, RuntimeError> {
-        self.table.lock().stats(id)
+        let (stats, live_service) = {
+            let table = self.table.lock();
+            let live = table.instances.get(id).filter(|i| is_live(&i.state));
+            (table.stats(id)?, live.map(|i| i.spec.service.clone()))
+        };
+        // Asked of the model with no table held: it counts the instances of every table.
+        let modelled = self
+            .load
+            .as_ref()
+            .zip(live_service)
+            .and_then(|(load, service)| load.usage(&service));
+        Ok(modelled.unwrap_or(stats))
     }
 
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {

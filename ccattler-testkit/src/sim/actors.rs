@@ -13,7 +13,7 @@ use ccattler_core::{
 use ccattler_runtime::agent::{
     self, Action as AgentAction, AgentConfig, AgentLoop, Desired, Lane, StopReason,
 };
-use ccattler_runtime::simulator::SimulatorRuntime;
+use ccattler_runtime::simulator::{Load, SimulatorRuntime};
 use futures_util::FutureExt;
 use rand::Rng;
 
@@ -133,6 +133,8 @@ pub(crate) struct NodeActor {
     pub config: AgentConfig,
     pub machine: Option<AgentLoop>,
     pub runtime: SimulatorRuntime,
+    /// What its instances use (shared by every node of the run); kept for a runtime made anew.
+    pub load: Load,
     /// What the agent's cache file holds.
     pub disk: Desired,
     /// Images whose network probes fail on this node (kept across a wipe).
@@ -163,10 +165,11 @@ pub(crate) struct NodeActor {
 }
 
 impl NodeActor {
-    pub(crate) fn new(config: AgentConfig) -> Self {
+    pub(crate) fn new(config: AgentConfig, load: &Load) -> Self {
         NodeActor {
             name: config.node.clone(),
-            runtime: SimulatorRuntime::on_host(config.address.clone()),
+            runtime: SimulatorRuntime::on_host(config.address.clone()).with_load(load),
+            load: load.clone(),
             config,
             machine: None,
             disk: Desired::default(),

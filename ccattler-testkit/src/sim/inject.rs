@@ -148,7 +148,8 @@ impl World {
             return;
         };
         if wipe {
-            node.runtime = SimulatorRuntime::on_host(node.config.address.clone());
+            node.runtime =
+                SimulatorRuntime::on_host(node.config.address.clone()).with_load(&node.load);
             node.apply_failing_images();
             node.disk = Desired::default();
         }

@@ -173,6 +173,7 @@ pub struct SimulationBuilder {
     loop_config: LoopConfig,
     keep: Keep,
     work: WorkModel,
+    load: ccattler_runtime::simulator::Load,
 }
 
 impl std::fmt::Debug for SimulationBuilder {
@@ -301,6 +302,13 @@ impl SimulationBuilder {
     /// Raises the convergence bound to `settle` if it is lower.
     pub fn settle_at_least(mut self, settle: Duration) -> Self {
         self.settle = self.settle.max(settle);
+        self
+    }
+
+    /// What the nodes' instances use: a model the caller keeps a clone of and changes between
+    /// steps of the run ([`Simulation::run_until`]). Without it, every instance idles.
+    pub fn load(mut self, load: &ccattler_runtime::simulator::Load) -> Self {
+        self.load = load.clone();
         self
     }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ccattler_core::runner::{ElectionOutcome, perform_election};
+use ccattler_core::schema;
 use ccattler_core::{FactStore, Scan, StoreError, TxnResponse};
 use ccattler_runtime::agent::{self, Action as AgentAction};
 use futures_util::FutureExt;
@@ -142,6 +143,12 @@ impl World {
                         if let Some(broken) = check::report_writes(&node, &keys) {
                             self.violate(broken);
                         }
+                    }
+                    if let AgentAction::WriteTelemetry { key, .. } = &action
+                        && schema::keys::telemetry(&node).ok().as_ref() != Some(key)
+                    {
+                        let wrote = format!("the agent of {node} wrote {key} as its telemetry");
+                        self.violate((Invariant::SingleWriter, wrote));
                     }
                     match agent::perform::store_action(&self.store, &node, ttl, action)
                         .now_or_never()

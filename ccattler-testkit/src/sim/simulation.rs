@@ -73,6 +73,7 @@ impl Simulation {
             loop_config: LoopConfig::default(),
             keep: Keep::Last(200),
             work: super::WorkModel::default(),
+            load: ccattler_runtime::simulator::Load::new(),
         }
     }
 
@@ -144,7 +145,7 @@ impl Simulation {
             let config =
                 AgentConfig::for_status(node.status.clone(), format!("/sim/{}", node.name()))
                     .lease_ttl(builder.lease_ttl);
-            let mut actor = NodeActor::new(config);
+            let mut actor = NodeActor::new(config, &builder.load);
             actor.failing_images = builder.failing_images.clone();
             actor.start_delay = builder.start_delay;
             actor.slow_images = builder.slow_images.clone();

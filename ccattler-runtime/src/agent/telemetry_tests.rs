@@ -1,0 +1,124 @@
+//! Step tests of the agent's telemetry on virtual time: one record per node, written when use
+//! moves enough and at most once an interval, never while instances idle, and never through the
+//! instances' observations.
+
+use std::time::Duration;
+
+use ccattler_core::schema::{self, Cpu, DesiredState, Memory, NodeTelemetry};
+use ccattler_core::{Fact, FactStore};
+use futures_util::FutureExt;
+
+use super::machine_tests::{Step, running, service};
+use crate::simulator::{Demand, Load, SimulatorRuntime};
+
+fn telemetry(step: &Step) -> Option<(NodeTelemetry, Fact)> {
+    let key = schema::keys::telemetry(step.machine.node()).expect("key");
+    let fact = step
+        .store
+        .get(&key)
+        .now_or_never()
+        .expect("ready")
+        .expect("get")?;
+    Some((schema::decode(&fact).expect("a telemetry record"), fact))
+}
+
+fn observed_revision(step: &Step, id: &str) -> u64 {
+    let key = schema::keys::observed_instance(step.machine.node(), id).expect("key");
+    let fact = step.store.get(&key).now_or_never().expect("ready");
+    fact.expect("get").expect("an observation").mod_revision.0
+}
+
+fn cpu_of(record: &NodeTelemetry, id: &str) -> u64 {
+    record.usage[id].cpu.millis()
+}
+
+#[test]
+fn telemetry_follows_use_that_moves_and_writes_nothing_while_it_idles() {
+    let load = Load::new();
+    let mut step = Step::with_runtime(SimulatorRuntime::new().with_load(&load));
+    step.settle();
+    let web = service("web", &[]);
+    step.place("web-1", &web, DesiredState::Running);
+    step.place("web-2", &web, DesiredState::Running);
+    step.advance_until("both run", |s| running(s, "web-1") && running(s, "web-2"));
+    step.advance(Duration::from_secs(10));
+    let (record, fact) = telemetry(&step).expect("written within an interval");
+    assert_eq!(record.instances, 2);
+    assert_eq!((cpu_of(&record, "web-1"), record.cpu), (0, Cpu::ZERO));
+    assert_eq!(record.usage["web-2"].service, "web");
+    assert_eq!(
+        record.memory,
+        Memory::from_bytes(32 << 20),
+        "16Mi each, the default"
+    );
+    assert_eq!(fact.lease.map(|l| l.0), step.machine.lease().map(|l| l.0));
+
+    // Idle: nothing more is written, however long.
+    let writes = step.count("write telemetry");
+    step.advance(Duration::from_secs(30));
+    assert_eq!(
+        step.count("write telemetry"),
+        writes,
+        "idle instances cost no write"
+    );
+
+    // Load comes: written once the interval allows, the observations left alone.
+    let observed = observed_revision(&step, "web-1");
+    let demand = |cpu| Demand {
+        cpu: Cpu::from_millis(cpu),
+        memory: Memory::from_bytes(64 << 20),
+    };
+    load.set("web", demand(1000));
+    step.advance(Duration::from_secs(10));
+    let (record, _) = telemetry(&step).expect("written");
+    assert_eq!(
+        (cpu_of(&record, "web-1"), cpu_of(&record, "web-2")),
+        (500, 500)
+    );
+    assert_eq!(record.cpu, Cpu::from_millis(1000));
+    assert_eq!(step.count("write telemetry"), writes + 1);
+    assert_eq!(
+        observed_revision(&step, "web-1"),
+        observed,
+        "use is not an observation"
+    );
+
+    // A move under a tenth is not worth a write.
+    load.set("web", demand(1080));
+    step.advance(Duration::from_secs(20));
+    assert_eq!(step.count("write telemetry"), writes + 1);
+    assert_eq!(cpu_of(&telemetry(&step).expect("held").0, "web-1"), 500);
+
+    // One instance goes: the other takes the whole demand, and the record shows one.
+    step.unplace("web-2");
+    step.advance(Duration::from_secs(11));
+    let (record, _) = telemetry(&step).expect("written");
+    assert_eq!(record.instances, 1);
+    assert_eq!(cpu_of(&record, "web-1"), 1080);
+    assert!(!record.usage.contains_key("web-2"));
+}
+
+#[test]
+fn a_node_that_registers_anew_writes_its_telemetry_again_under_the_new_lease() {
+    let mut step = Step::new();
+    step.settle();
+    step.place("web-1", &service("web", &[]), DesiredState::Running);
+    step.advance_until("it runs", |s| running(s, "web-1"));
+    step.advance(Duration::from_secs(10));
+    let (_, before) = telemetry(&step).expect("written");
+    // The lease is revoked (the control plane declared the node dead): the record goes with it.
+    let lease = before.lease.expect("attached to the node's lease");
+    step.store
+        .revoke_lease(lease)
+        .now_or_never()
+        .expect("ready")
+        .expect("revoke");
+    assert!(telemetry(&step).is_none());
+    step.advance_until("registered anew", |s| {
+        s.machine.lease().is_some_and(|l| l != lease)
+    });
+    step.advance(Duration::from_secs(10));
+    let (record, fact) = telemetry(&step).expect("written again");
+    assert_eq!(record.instances, 1);
+    assert_eq!(fact.lease, step.machine.lease());
+}
