@@ -299,6 +299,16 @@ snapshot_error!(
     "service web {\n    image nginx\n    scale {\n        horizontal {\n            min 5\n            max 2\n        }\n    }\n}\n"
 );
 snapshot_error!(
+    unknown_metric,
+    ["cca::unknown-metric"],
+    "service web {\n    image nginx\n    scale {\n        horizontal {\n            min 1\n            max 4\n            target cpuu = 60\n        }\n    }\n}\n"
+);
+snapshot_error!(
+    target_without_request,
+    ["cca::target-without-request"],
+    "service web {\n    image nginx\n    scale {\n        horizontal {\n            min 1\n            max 4\n            target memory = 60%\n        }\n    }\n}\n"
+);
+snapshot_error!(
     bad_units,
     ["cca::bad-unit", "cca::bad-unit", "cca::bad-unit"],
     "service web {\n    image nginx\n    resources {\n        cpu 500x\n        memory 1e99Gi\n    }\n    readiness {\n        tcp\n        every 10\n    }\n}\n"

@@ -42,6 +42,8 @@ pub mod reasons {
     pub const UNPLACED: &str = "Unplaced";
     /// An instance was asked to stop; the message says why.
     pub const STOPPING: &str = "Stopping";
+    /// A service's instance count was changed by the autoscaler; the message says why.
+    pub const SCALED: &str = "Scaled";
     /// A rollout was rolled back to the previous version.
     pub const ROLLED_BACK: &str = "RolledBack";
     /// An instance's process started.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ccattler_controllers::apply::DesiredFacts;
 use ccattler_controllers::lang::{self, SourceFile};
+use ccattler_controllers::standard;
 use ccattler_core::schema::{Cpu, Memory};
 use ccattler_testkit::cluster::{NodeSpec, Snapshot};
 use ccattler_testkit::sim::{Fault, FaultKind, Schedule, Simulation};
@@ -90,7 +91,8 @@ fn a_node_that_returns_empty_takes_nothing_down_on_the_others() {
     let slow_return = Fault {
         at: sec(35),
         kind: FaultKind::NetworkDelay,
-        target: 6, // n2: actors are the 5 standard controllers, then n1 and n2
+        // n2: the actors are the standard controllers, then n1 and n2.
+        target: u32::try_from(standard::all().len() + 1).expect("a few controllers"),
         length: sec(8),
         wipe: false,
     };

@@ -221,6 +221,28 @@ impl Compiler<'_> {
                 "set `max_unavailable 1` (the default) or more",
             );
         }
+        if let Some(scale) = &spec.scale {
+            for target in &scale.targets {
+                let requested = match target.metric.as_str() {
+                    "cpu" => spec.resources.cpu.millis(),
+                    "memory" => spec.resources.memory.bytes(),
+                    _ => continue,
+                };
+                if requested == 0 {
+                    let metric = &target.metric;
+                    self.error(
+                        "cca::target-without-request",
+                        name_span,
+                        format!(
+                            "service `{}` targets {metric} use but requests no {metric}: the \
+                             target is a percentage of what an instance requests",
+                            spec.name
+                        ),
+                        &format!("add `resources {{ {metric} ... }}` to the service"),
+                    );
+                }
+            }
+        }
         if !has_image {
             self.error(
                 "cca::missing-image",

@@ -269,7 +269,18 @@ impl Compiler<'_> {
     }
 
     pub(super) fn target(&mut self, st: &Statement) -> Checked<ScaleTarget> {
-        let (metric, _) = self.text(st, 0, "a metric")?;
+        let (metric, metric_span) = self.text(st, 0, "a metric")?;
+        // Measured: cpu and memory. Pushed by the platform: a name with a dot, so that a typo
+        // of a measured one is caught here rather than waited for forever.
+        if !matches!(metric.as_str(), "cpu" | "memory") && !metric.contains('.') {
+            return Err(self.error(
+                "cca::unknown-metric",
+                metric_span,
+                format!("unknown metric `{metric}`"),
+                "`cpu` and `memory` are measured; a metric your platform pushes is named with a \
+                 dot, such as `payments.pending`",
+            ));
+        }
         let index = match st.args.get(1) {
             Some(Arg {
                 kind: ArgKind::Op(Op::Assign),

@@ -92,13 +92,28 @@ mod tests {
         };
         assert_eq!(IntentResolver::resolve(&spec, None).instances, 3);
         assert_eq!(
-            IntentResolver::resolve(&spec, Some(&ScaleIntent { instances: 50 })).instances,
+            IntentResolver::resolve(
+                &spec,
+                Some(&ScaleIntent {
+                    instances: 50,
+                    ..ScaleIntent::default()
+                })
+            )
+            .instances,
             3,
             "no scale block: the autoscaler has no say"
         );
         spec.scale = Some(HorizontalScale::new(2, 10));
-        let resolve =
-            |n| IntentResolver::resolve(&spec, Some(&ScaleIntent { instances: n })).instances;
+        let resolve = |n| {
+            IntentResolver::resolve(
+                &spec,
+                Some(&ScaleIntent {
+                    instances: n,
+                    ..ScaleIntent::default()
+                }),
+            )
+            .instances
+        };
         assert_eq!((resolve(50), resolve(0), resolve(7)), (10, 2, 7));
         assert_eq!(IntentResolver::resolve(&spec, None).instances, 3);
     }

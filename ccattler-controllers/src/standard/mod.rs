@@ -11,6 +11,7 @@
 //!
 //! | controller | reads | writes |
 //! |---|---|---|
+//! | [`Autoscaler`] | services, effective, instances, placements, observations, node leases, telemetry, pushed metrics | `intent/autoscaler/` |
 //! | [`IntentResolver`] | services, autoscaler intents | `effective/service/` |
 //! | [`InstanceController`] | effective, services, placements, observations, node leases, rebalance moves | `desired/instance/` |
 //! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/`, `status/rebalance/` |
@@ -26,6 +27,8 @@
 //! surplus; the scheduler places nothing on it. A separate controller would have to write
 //! `desired/instance/`, which already has a writer.
 
+mod autoscale;
+mod autoscaler;
 mod cache;
 mod cluster;
 mod endpoints;
@@ -42,6 +45,7 @@ mod spread;
 mod status;
 mod stop_order;
 
+pub use autoscaler::Autoscaler;
 pub use cache::{ClusterCache, PlanCache};
 pub use cluster::{Cluster, Instance, Standing, Usage};
 pub use endpoints::EndpointController;
@@ -57,17 +61,20 @@ use std::sync::Arc;
 
 use ccattler_core::Controller;
 
-/// One of each standard controller. The instance, endpoint and status controllers share one
-/// [`SharedCluster`], so the records all three read are decoded and indexed once.
+/// One of each standard controller. The autoscaler and the instance, endpoint and status
+/// controllers share one [`SharedCluster`], so the records they all read are decoded and
+/// indexed once.
 pub fn all() -> Vec<Arc<dyn Controller>> {
     all_sharing(Arc::new(SharedCluster::new()))
 }
 
-/// One of each standard controller, the instance, endpoint and status controllers sharing
+/// One of each standard controller, the autoscaler and the instance, endpoint and status
+/// controllers sharing
 /// `shared`: with the controllers of an earlier call, for instance when one of them is made
 /// again after it stopped. Any number of controllers may share one; each reads its own view.
 pub fn all_sharing(shared: Arc<SharedCluster>) -> Vec<Arc<dyn Controller>> {
     vec![
+        Arc::new(Autoscaler::sharing(Arc::clone(&shared))),
         Arc::new(IntentResolver),
         Arc::new(InstanceController::sharing(Arc::clone(&shared))),
         Arc::new(SchedulerController::new()),

@@ -6,11 +6,33 @@ use serde::{Deserialize, Serialize};
 
 use super::{Cpu, Memory};
 
-/// `intent/autoscaler/{svc}`: the autoscaler's recommended instance count.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `intent/autoscaler/{svc}`: the autoscaler's recommended instance count, why, and what it
+/// must remember to judge the next one (a controller keeps nothing of its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ScaleIntent {
     /// Recommended instances (the intent resolver clamps it to the scale bounds).
     pub instances: u32,
+    /// Why, for people: the metrics against their targets and what that asks for.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// The raw recommendations of the stabilization windows: each time the metrics asked for
+    /// another count, since when (milliseconds since the Unix epoch), oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recommendations: Vec<(u64, u32)>,
+    /// When the count last went up (milliseconds since the Unix epoch): scaling up is limited
+    /// per period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaled_up_at: Option<u64>,
+}
+
+/// `metric/{metric}/{svc}`: a value of a metric pushed for a service (through the API), which a
+/// `scale` block can target. The service's total: the autoscaler divides it by the target per
+/// instance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushedMetric {
+    /// The value.
+    pub value: u64,
 }
 
 /// `effective/service/{svc}`: the instance count and spec version in force.

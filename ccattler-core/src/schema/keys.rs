@@ -74,6 +74,10 @@ pub fn node_rules(node: &str) -> Result<Key, KeyError> {
 pub fn network_report(node: &str) -> Result<Key, KeyError> {
     Key::join(NETWORK_REPORTS, [segment(node)?])
 }
+/// `metric/{metric}/{svc}`.
+pub fn metric(metric: &str, service: &str) -> Result<Key, KeyError> {
+    Key::join(METRICS, [segment(metric)?, service])
+}
 /// `telemetry/node/{node}`.
 pub fn telemetry(node: &str) -> Result<Key, KeyError> {
     Key::join(TELEMETRY, [segment(node)?])
@@ -173,6 +177,13 @@ pub enum RecordKey<'k> {
     NetworkReport(&'k str),
     /// `telemetry/node/{node}`.
     Telemetry(&'k str),
+    /// `metric/{metric}/{svc}`.
+    Metric {
+        /// The metric's name.
+        metric: &'k str,
+        /// The service.
+        service: &'k str,
+    },
     /// `endpoint/service/{svc}`.
     Endpoints(&'k str),
     /// `status/service/{svc}`.
@@ -242,6 +253,10 @@ impl<'k> RecordKey<'k> {
             RecordKey::NetworkReport(one(NETWORK_REPORTS)?)
         } else if key.starts_with(TELEMETRY) {
             RecordKey::Telemetry(one(TELEMETRY)?)
+        } else if let Some(rest) = name(METRICS) {
+            let (metric, service) = rest.split_once('/')?;
+            (!metric.is_empty() && !service.is_empty()).then_some(())?;
+            RecordKey::Metric { metric, service }
         } else if let Some(n) = name(SERVICE_ENDPOINTS) {
             RecordKey::Endpoints(n)
         } else if let Some(n) = name(SERVICE_STATUSES) {
@@ -291,6 +306,7 @@ impl<'k> RecordKey<'k> {
             RecordKey::NodeRules(n) => node_rules(n),
             RecordKey::NetworkReport(n) => network_report(n),
             RecordKey::Telemetry(n) => telemetry(n),
+            RecordKey::Metric { metric: m, service } => metric(m, service),
             RecordKey::Endpoints(n) => endpoints(n),
             RecordKey::ServiceStatus(n) => service_status(n),
             RecordKey::Unschedulable(id) => unschedulable(id),
@@ -420,6 +436,10 @@ mod tests {
             RecordKey::NodeRules("n1"),
             RecordKey::NetworkReport("n1"),
             RecordKey::Telemetry("n1"),
+            RecordKey::Metric {
+                metric: "payments.pending",
+                service: "team/web",
+            },
             RecordKey::Endpoints("team/web"),
             RecordKey::ServiceStatus("web"),
             RecordKey::Unschedulable("web-1"),

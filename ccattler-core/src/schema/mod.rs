@@ -12,6 +12,7 @@
 //! | `desired/volume/{vol}` | [`VolumeSpec`] | the user's apply |
 //! | `desired/network/policy` | [`NetworkPolicy`] | the user's apply |
 //! | `secret/{name}` | the secret's raw bytes | the user (API); never returned by reads of the API |
+//! | `metric/{metric}/{svc}` | [`PushedMetric`] | the user's platform (API) |
 //! | `intent/autoscaler/{svc}` | [`ScaleIntent`] | autoscaler |
 //! | `effective/service/{svc}` | [`EffectiveService`] | intent resolver |
 //! | `desired/instance/{id}` | [`DesiredInstance`] | instance controller |
@@ -50,8 +51,8 @@ mod volume;
 
 pub use cluster::{
     Assignment, DesiredInstance, DesiredState, EffectiveService, Endpoint, Endpoints, Health,
-    InstanceObservation, NodeStatus, ObservedState, PortBinding, PortRange, RebalanceMove,
-    ScaleIntent, ServiceStatus, Unschedulable,
+    InstanceObservation, NodeStatus, ObservedState, PortBinding, PortRange, PushedMetric,
+    RebalanceMove, ScaleIntent, ServiceStatus, Unschedulable,
 };
 pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
 pub use network::{NetworkPolicy, NetworkReport, NetworkRule, NodeRules, PortGuard, RuleAction};
@@ -81,6 +82,8 @@ pub const APPLIED: [&str; 3] = [DESIRED_SERVICES, DESIRED_VOLUMES, "desired/netw
 pub const SECRETS: &str = "secret/";
 /// Prefix of [`ScaleIntent`]s.
 pub const AUTOSCALER_INTENTS: &str = "intent/autoscaler/";
+/// Prefix of [`PushedMetric`]s (`metric/{metric}/{svc}`).
+pub const METRICS: &str = "metric/";
 /// Prefix of [`EffectiveService`]s.
 pub const EFFECTIVE_SERVICES: &str = "effective/service/";
 /// Prefix of [`DesiredInstance`]s.

@@ -105,6 +105,7 @@ impl Exec {
             Command::Intent { service, instances } => {
                 let intent = ScaleIntent {
                     instances: *instances,
+                    ..ScaleIntent::default()
                 };
                 let change = Change::put(
                     key(schema::keys::scale_intent(service))?,

@@ -118,8 +118,16 @@ fn service(s: &ServiceDraw) -> String {
         ));
     }
     if let Some((min, max)) = s.scale {
+        // A use target needs what it is a percentage of; without one, a pushed metric.
+        let target = if s.cpu_millis > 0 {
+            "cpu = 60"
+        } else if s.memory_mib > 0 {
+            "memory = 60%"
+        } else {
+            "queue.depth = 10"
+        };
         line(format!(
-            "scale {{\n        horizontal {{\n            min {min}\n            max {max}\n            target cpu = 60\n        }}\n    }}"
+            "scale {{\n        horizontal {{\n            min {min}\n            max {max}\n            target {target}\n        }}\n    }}"
         ));
     }
     if !s.env.is_empty() || s.file {
