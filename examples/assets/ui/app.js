@@ -8,6 +8,7 @@ const PREFIXES = {
   instances: "observed/instance/",
   desired: "desired/instance/",
   effective: "effective/service/",
+  telemetry: "telemetry/node/",
 };
 const REFRESH_MS = 300;
 const EVENTS_SHOWN = 50;
@@ -21,6 +22,7 @@ const cluster = {
   instances: new Map(),
   desired: new Map(),
   effective: new Map(),
+  telemetry: new Map(),
 };
 
 let token = null;
@@ -438,14 +440,14 @@ function renderNodes() {
   const rows = cluster.nodes.map((n) => {
     const status = n.status || {};
     let count = 0;
-    let cpu = 0;
-    let memory = 0;
     for (const o of cluster.instances.values()) {
       if (!o || o.node !== n.name || !active.has(o.state)) continue;
       count += 1;
-      cpu += millicores(o.cpu);
-      memory += bytes(o.memory);
     }
+    // What the node's running instances use, as its agent last wrote it (at most every 10 s).
+    const used = cluster.telemetry.get(PREFIXES.telemetry + n.name) || {};
+    const cpu = millicores(used.cpu);
+    const memory = bytes(used.memory);
     const capacity = n.status
       ? (status.cpu || "?") + " CPU, " + (status.memory || "?") + " memory"
       : "not reported";
