@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{self, Assignment, RecordKey, ServiceSpec};
-use ccattler_core::{EventKind, Fact, LeaseId, Revision, RuntimeError, StoreError, WatchEvent};
+use ccattler_core::{
+    EventKind, Fact, InstanceState, LeaseId, Revision, RuntimeError, StoreError, WatchEvent,
+};
 
 use super::action::{Action, Listing, Sample};
 use super::machine::{AgentLoop, Link, RuntimeOp, StoreOp};
@@ -341,9 +343,16 @@ impl AgentLoop {
                 self.runtime_seen = true;
                 // A changed sample changes the report, and the next pass decides for its
                 // instance (an init step's: for the instance it belongs to).
-                let (report, pass, desired) =
-                    (&mut self.report_scope, &mut self.pass_scope, &self.desired);
-                merge_samples(&mut self.observed, samples, |id| {
+                // An instance acted on after this observation was asked for keeps what the
+                // agent knows of it: the observation may not show the action.
+                let (report, pass, desired, work) = (
+                    &mut self.report_scope,
+                    &mut self.pass_scope,
+                    &self.desired,
+                    &self.work,
+                );
+                let acted_on = |id: &str| work.changed_since(id, seen);
+                merge_samples(&mut self.observed, samples, acted_on, |id| {
                     report.mark(id);
                     pass.mark(owner(id, desired).unwrap_or(id));
                 });
@@ -371,6 +380,14 @@ impl AgentLoop {
         let delays = &self.config.retry_delays;
         match (op, result) {
             (RuntimeOp::Start(id), Ok(())) => {
+                // The runtime took the start: what the last observation held of an ended
+                // incarnation no longer holds. Until the next one tells more, it is starting,
+                // so that a stop asked meanwhile is carried out, not taken as done.
+                if let Some(sample) = self.observed.get_mut(&id)
+                    && sample.instance.state.has_ended()
+                {
+                    sample.instance.state = InstanceState::Starting;
+                }
                 let spec = self.desired.spec_of(&id).cloned();
                 let track = self.tracks.entry(id).or_default();
                 track.started_now(now, spec.as_ref());
@@ -436,13 +453,15 @@ impl AgentLoop {
     }
 }
 
-/// Makes `observed` hold exactly `samples`, by id, changing it in place, and calls `mark` with
-/// every id whose sample changed, came or went. An observation of a node's every instance is
+/// Makes `observed` hold exactly `samples`, by id, changing it in place, but for the ids
+/// `acted_on` names, whose held sample stays (the agent acted on them after the samples were
+/// taken); and calls `mark` with every id whose sample changed, came or went. An observation of a node's every instance is
 /// taken many times a minute, and most ids are the same each time, so their keys are kept
 /// rather than built again.
 fn merge_samples(
     observed: &mut BTreeMap<String, Sample>,
     mut samples: Vec<Sample>,
+    acted_on: impl Fn(&str) -> bool,
     mut mark: impl FnMut(&str),
 ) {
     // Runtimes usually list in id order already: then this sort only checks it.
@@ -462,6 +481,7 @@ fn merge_samples(
             new.push(sample);
         }
         match incoming.next_if(|s| s.instance.id == *id) {
+            _ if acted_on(id) => true,
             Some(sample) => {
                 if *held != sample {
                     mark(id);
@@ -510,7 +530,7 @@ mod tests {
                     .cloned()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                merge_samples(&mut observed, samples, |_| {});
+                merge_samples(&mut observed, samples, |_| false, |_| {});
                 prop_assert_eq!(&observed, &fresh);
             }
         }

@@ -988,6 +988,65 @@ fn an_id_placed_anew_starts_over_and_is_reported_anew() {
     assert_eq!(step.state("db-0"), Some(InstanceState::Running));
 }
 
+/// A crashed instance restarted, then asked to stop before the agent observed it again (a
+/// stateful identity about to be placed elsewhere): what the agent last observed (the ended
+/// incarnation) does not pass for the stop. The restarted process is stopped, and only then
+/// reported stopped.
+#[test]
+fn a_stop_asked_right_after_a_restart_stops_the_restarted_process() {
+    let mut step = Step::new();
+    let mut db = service("db", &[]);
+    db.restart = RestartPolicy::Always;
+    step.place("db-0", &db, DesiredState::Running);
+    step.advance(Duration::from_millis(300));
+    assert!(running(&step, "db-0"));
+    step.sim.faults().crash("db-0", 137);
+    // By hand: the stop is placed right after the restart is performed, before anything else.
+    let mut asked = false;
+    for _ in 0..100 {
+        step.clock.advance(Duration::from_millis(10));
+        let now = step.clock.now_duration();
+        step.machine.tick(now);
+        step.drain_watch();
+        while let Some(action) = step.machine.next_action() {
+            let restart = action.to_string() == "ensure_running db-0";
+            step.log.push((now, action.to_string()));
+            step.perform(action);
+            if restart && !asked {
+                step.place("db-0", &db, DesiredState::Stopped);
+                asked = true;
+            }
+            step.machine.tick(now);
+            step.drain_watch();
+            // Never reported done with while its process runs: the controllers would place
+            // the identity elsewhere.
+            let seen = step.observation("db-0").expect("reported");
+            if seen.stop_asked && step.state("db-0") == Some(InstanceState::Running) {
+                assert!(
+                    seen.state.is_active(),
+                    "{seen:?} while it runs: {:?}",
+                    step.tail()
+                );
+            }
+        }
+        if asked {
+            break;
+        }
+    }
+    assert!(asked, "restarted: {:?}", step.tail());
+    step.advance(Duration::from_millis(300));
+    assert_eq!(
+        step.state("db-0"),
+        Some(InstanceState::Stopped),
+        "{:?}",
+        step.tail()
+    );
+    assert_eq!(
+        step.observation("db-0").map(|o| o.state),
+        Some(ObservedState::Stopped)
+    );
+}
+
 #[test]
 fn an_observation_that_lags_never_passes_for_a_stop() {
     let mut step = Step::new();
