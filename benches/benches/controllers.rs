@@ -1,7 +1,9 @@
 //! The standard controllers at scale: 1,000 and 10,000 nodes, ten running instances per node
 //! (services of 100: 10,000 and 100,000 instances). One node dies; measured: the instance
 //! controller's pass that replaces its ten instances, and the scheduler controller's pass that
-//! places the replacements. Each is measured on both cluster sizes, named by the node count.
+//! places the replacements. Every service scales on `cpu = 60` and every node reports its
+//! telemetry; one node's use moves (within the tolerance); measured: the autoscaler's pass.
+//! Each is measured on both cluster sizes, named by the node count.
 //!
 //! `cargo bench -p ccattler-benches --bench controllers`
 //!
@@ -9,12 +11,15 @@
 //! between passes and patches it with the facts that changed, so a pass costs time for what
 //! changed, not for the whole cluster: both sizes should measure about the same.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use ccattler_controllers::standard::{InstanceController, SchedulerController};
+use std::collections::BTreeMap;
+
+use ccattler_controllers::standard::{Autoscaler, InstanceController, SchedulerController};
 use ccattler_core::schema::{
-    self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
-    Memory, NodeStatus, ObservedState, Resources, ServiceSpec,
+    self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, HorizontalScale,
+    InstanceObservation, InstanceUsage, Memory, NodeStatus, NodeTelemetry, ObservedState,
+    Resources, ScaleTarget, ServiceSpec,
 };
 use ccattler_core::{
     Change, Controller, Fact, FactView, Key, ReconcileContext, Revision, SequentialIds, Value,
@@ -26,6 +31,8 @@ const SIZES: [usize; 2] = [1_000, 10_000];
 /// Running instances per node.
 const PER_NODE: usize = 10;
 const PER_SERVICE: usize = 100;
+/// CPU each instance uses, in millicores: 60 % of its 100m request, the services' target.
+const USED_MILLIS: u64 = 60;
 
 fn fact(key: Key, value: Value) -> Fact {
     Fact::created(key, value, Revision(1))
@@ -38,6 +45,7 @@ fn node_name(i: usize) -> String {
 /// Every fact of a converged cluster of `nodes` nodes.
 fn cluster(nodes: usize) -> FactView {
     let mut view = FactView::new();
+    let mut telemetry: BTreeMap<String, NodeTelemetry> = BTreeMap::new();
     for i in 0..nodes {
         let name = node_name(i);
         let status = NodeStatus {
@@ -66,6 +74,17 @@ fn cluster(nodes: usize) -> FactView {
                 cpu: Cpu::from_millis(100),
                 memory: Memory::from_bytes(128 << 20),
             },
+            scale: Some(HorizontalScale {
+                min: 10,
+                max: 1_000,
+                targets: vec![ScaleTarget {
+                    metric: "cpu".into(),
+                    value: 60,
+                    percent: true,
+                }],
+                scale_up_stabilization: Duration::ZERO,
+                scale_down_stabilization: Duration::from_secs(300),
+            }),
             ..ServiceSpec::default()
         };
         let version = spec.version();
@@ -118,8 +137,40 @@ fn cluster(nodes: usize) -> FactView {
                 schema::keys::observed_instance(&node, &id).expect("key"),
                 schema::encode(&observed),
             ));
+            let usage = InstanceUsage {
+                service: spec.name.clone(),
+                cpu: Cpu::from_millis(USED_MILLIS),
+                memory: Memory::from_bytes(64 << 20),
+            };
+            let record = telemetry.entry(node).or_default();
+            record.cpu = Cpu::from_millis(record.cpu.millis() + USED_MILLIS);
+            record.instances += 1;
+            record.usage.insert(id, usage);
         }
     }
+    for (node, record) in &telemetry {
+        view.insert(fact(
+            schema::keys::telemetry(node).expect("key"),
+            schema::encode(record),
+        ));
+    }
+    view
+}
+
+/// `base` after the use of every instance on node `moved` went up by a twentieth: within the
+/// autoscaler's tolerance, so no count changes, but every service on the node is measured again.
+fn use_moved(base: &FactView, moved: usize) -> FactView {
+    let mut view = base.clone();
+    let key = schema::keys::telemetry(&node_name(moved)).expect("key");
+    let mut record: NodeTelemetry = view
+        .get(key.as_str())
+        .and_then(|f| schema::decode(f).ok())
+        .expect("every node reports its telemetry");
+    for usage in record.usage.values_mut() {
+        usage.cpu = Cpu::from_millis(usage.cpu.millis() + USED_MILLIS / 20);
+    }
+    let next = view.revision().next();
+    view.apply(vec![Change::put(key, schema::encode(&record))], next);
     view
 }
 
@@ -202,5 +253,41 @@ fn one_dead_node(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, one_dead_node);
+fn one_node_use_moved(c: &mut Criterion) {
+    let mut group = c.benchmark_group("controllers");
+    group.sample_size(30);
+    for nodes in SIZES {
+        let mut base = cluster(nodes);
+        let autoscaler = Autoscaler::new();
+        // The first pass reads every fact and writes each service's first intent.
+        let first = reconcile(&autoscaler, &base);
+        assert_eq!(
+            first.len(),
+            nodes * PER_NODE / PER_SERVICE,
+            "one intent a service"
+        );
+        let next = base.revision().next();
+        base.apply(first, next);
+        assert!(reconcile(&autoscaler, &base).is_empty(), "the intents hold");
+        let mut moved = 0usize;
+        let id = BenchmarkId::new("autoscaler_one_node_use_moved", nodes);
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || {
+                    moved = (moved + 7) % nodes;
+                    use_moved(&base, moved)
+                },
+                |view| {
+                    let changes = reconcile(&autoscaler, &view);
+                    assert!(changes.is_empty(), "within the tolerance: {changes:?}");
+                    changes
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, one_dead_node, one_node_use_moved);
 criterion_main!(benches);

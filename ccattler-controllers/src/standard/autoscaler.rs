@@ -1,7 +1,7 @@
 //! [`Autoscaler`]: each scaled service's instance count, from what its instances use and what
 //! the platform pushes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,12 +16,12 @@ use ccattler_core::schema::{
 use ccattler_core::{Change, Controller, Event, FactView, ReconcileContext, ReconcileError};
 
 use super::autoscale::{self, Reading, SCALE_UP_PERIOD};
+use super::cache::PlanCache;
+use super::cluster::Cluster;
+use super::shared::SharedCluster;
 
 /// How often a recommendation that a window or the scale-up limit holds back is judged again.
 const HELD_RECHECK: Duration = Duration::from_secs(5);
-use super::cache::ClusterCache;
-use super::cluster::Cluster;
-use super::shared::SharedCluster;
 
 /// Writes `intent/autoscaler/{svc}` for every service with a `scale { horizontal { ... } }`
 /// block that has a `target`: the count its metrics ask for, tempered, with the reason. The
@@ -51,17 +51,75 @@ use super::shared::SharedCluster;
 /// function of the facts and the time.
 ///
 /// Each change of count is recorded as a `Scaled` event of the service, with the reason.
+///
+/// # Cost
+///
+/// A pass plans only the services whose records changed (spec, effective record, instances,
+/// their nodes' telemetry, pushed metrics, the intent itself) and those whose intent still
+/// holds a recommendation back (a window or the scale-up limit, which time alone moves); a
+/// service whose intent holds one settled recommendation is not touched by time, so leaving
+/// it out changes nothing.
 #[derive(Debug, Default)]
 pub struct Autoscaler {
-    cache: ClusterCache,
-    telemetry: Mutex<Telemetry>,
+    plans: PlanCache,
+    inputs: Mutex<Followed>,
 }
 
-/// Every node's telemetry, decoded, kept in step with the views the autoscaler is handed.
+/// What the autoscaler reads beyond the shared cluster, kept in step with the views it is
+/// handed: every node's telemetry, decoded.
 #[derive(Debug, Default)]
-struct Telemetry {
+struct Followed {
     view: Option<FactView>,
-    nodes: BTreeMap<String, Arc<NodeTelemetry>>,
+    telemetry: BTreeMap<String, Arc<NodeTelemetry>>,
+}
+
+impl Followed {
+    /// Moves to `view`: patches the telemetry and adds to `dirty` each service that a changed
+    /// telemetry record, pushed metric or intent names. Returns whether it read `view` whole
+    /// (the first pass).
+    fn follow(&mut self, view: &FactView, dirty: &mut BTreeSet<String>) -> bool {
+        let watched = [
+            schema::TELEMETRY,
+            schema::METRICS,
+            schema::AUTOSCALER_INTENTS,
+        ];
+        let first = self.view.is_none();
+        let changed: Vec<_> = match &self.view {
+            Some(old) => view
+                .changes_since(old)
+                .filter(|(key, ..)| watched.iter().any(|p| key.as_str().starts_with(p)))
+                .map(|(key, _, new)| (key.clone(), new.cloned()))
+                .collect(),
+            None => watched
+                .iter()
+                .flat_map(|prefix| view.scan(prefix))
+                .map(|f| (f.key.clone(), Some(f.clone())))
+                .collect(),
+        };
+        for (key, fact) in changed {
+            match RecordKey::parse(&key) {
+                Some(RecordKey::Telemetry(node)) => {
+                    let record = fact.and_then(|f| schema::decode::<NodeTelemetry>(&f).ok());
+                    let before = match record {
+                        Some(record) => self.telemetry.insert(node.to_owned(), Arc::new(record)),
+                        None => self.telemetry.remove(node),
+                    };
+                    let after = self.telemetry.get(node);
+                    for usage in before.iter().chain(after).flat_map(|t| t.usage.values()) {
+                        if !dirty.contains(&usage.service) {
+                            dirty.insert(usage.service.clone());
+                        }
+                    }
+                }
+                Some(RecordKey::Metric { service, .. }) | Some(RecordKey::ScaleIntent(service)) => {
+                    dirty.insert(service.to_owned());
+                }
+                _ => {}
+            }
+        }
+        self.view = Some(view.clone());
+        first
+    }
 }
 
 impl Autoscaler {
@@ -73,36 +131,9 @@ impl Autoscaler {
     /// A new autoscaler whose cache of the cluster is `shared` with other controllers.
     pub fn sharing(shared: Arc<SharedCluster>) -> Self {
         Autoscaler {
-            cache: ClusterCache::sharing(shared),
-            telemetry: Mutex::default(),
+            plans: PlanCache::sharing(shared),
+            inputs: Mutex::default(),
         }
-    }
-
-    /// The telemetry of `view`'s nodes, patched from the previous view's.
-    fn telemetry(&self, view: &FactView) -> BTreeMap<String, Arc<NodeTelemetry>> {
-        let mut held = self.telemetry.lock();
-        let changed: Vec<_> = match &held.view {
-            Some(old) => view
-                .changes_since(old)
-                .filter(|(key, ..)| key.as_str().starts_with(schema::TELEMETRY))
-                .map(|(key, _, new)| (key.clone(), new.cloned()))
-                .collect(),
-            None => view
-                .scan(schema::TELEMETRY)
-                .map(|f| (f.key.clone(), Some(f.clone())))
-                .collect(),
-        };
-        for (key, fact) in changed {
-            let Some(RecordKey::Telemetry(node)) = RecordKey::parse(&key) else {
-                continue;
-            };
-            match fact.and_then(|f| schema::decode::<NodeTelemetry>(&f).ok()) {
-                Some(record) => held.nodes.insert(node.to_owned(), Arc::new(record)),
-                None => held.nodes.remove(node),
-            };
-        }
-        held.view = Some(view.clone());
-        held.nodes.clone()
     }
 }
 
@@ -133,26 +164,36 @@ impl Controller for Autoscaler {
         facts: &FactView,
         ctx: &mut ReconcileContext<'_>,
     ) -> Result<Vec<Change>, ReconcileError> {
-        let cluster = self.cache.read(facts);
-        let telemetry = self.telemetry(facts);
+        let (cluster, mut to_plan) = self.plans.begin(facts);
+        let mut inputs = self.inputs.lock();
+        let first = inputs.follow(facts, &mut to_plan);
         let now_ms = millis(ctx.now());
         let mut changes = Vec::new();
-        for (name, spec) in &cluster.services {
+        let mut pending = BTreeSet::new();
+        for name in &to_plan {
+            let key = schema::keys::scale_intent(name)?;
+            let held = facts.get(key.as_str());
             // Without a target there is nothing to measure: the intent is left to whoever
             // writes it (a platform's own autoscaler).
+            let Some(spec) = cluster.services.get(name) else {
+                // An intent outliving its service would apply to a service of the same name
+                // later.
+                if let Some(fact) = held {
+                    changes.push(Change::delete(fact.key.clone()));
+                }
+                continue;
+            };
             let scale = spec.scale.as_ref().filter(|s| !s.targets.is_empty());
             let (Some(scale), Some(effective)) = (scale, cluster.effective.get(name)) else {
                 continue;
             };
-            let key = schema::keys::scale_intent(name)?;
-            let held = facts
-                .get(key.as_str())
+            let held = held
                 .and_then(|f| schema::decode::<ScaleIntent>(f).ok())
                 .unwrap_or_default();
             let inputs = Inputs {
                 facts,
                 cluster: &cluster,
-                telemetry: &telemetry,
+                telemetry: &inputs.telemetry,
                 spec,
                 effective,
             };
@@ -171,6 +212,10 @@ impl Controller for Autoscaler {
                 );
                 ctx.record(Event::new(name, reasons::SCALED, message).of_service(name));
             }
+            if !settled(&intent) {
+                // Time alone moves it: planned on every pass until it settles.
+                pending.insert(name.clone());
+            }
             if intent.recommendations.last().map(|(_, n)| *n) != Some(intent.instances) {
                 // A recommendation held back by a window or the limit: judged again when the
                 // limit's period ends, and every few seconds while a window holds it.
@@ -186,20 +231,32 @@ impl Controller for Autoscaler {
             }
             if intent != held {
                 changes.push(Change::put(key, schema::encode(&intent)));
+                pending.insert(name.clone());
             }
         }
-        // An intent outliving its service would apply to a service of the same name later.
-        for fact in facts.scan(schema::AUTOSCALER_INTENTS) {
-            let declared = match RecordKey::parse(&fact.key) {
-                Some(RecordKey::ScaleIntent(name)) => cluster.services.contains_key(name),
-                _ => false,
-            };
-            if !declared {
-                changes.push(Change::delete(fact.key.clone()));
+        if first {
+            // Intents of services no record names (none of the above planned them).
+            for fact in facts.scan(schema::AUTOSCALER_INTENTS) {
+                let declared = match RecordKey::parse(&fact.key) {
+                    Some(RecordKey::ScaleIntent(name)) => {
+                        to_plan.contains(name) || cluster.services.contains_key(name)
+                    }
+                    _ => false,
+                };
+                if !declared {
+                    changes.push(Change::delete(fact.key.clone()));
+                }
             }
         }
+        self.plans.finish(pending);
         Ok(changes)
     }
+}
+
+/// Whether time alone leaves `intent` as it is: one recommendation in its windows, the count
+/// it holds.
+fn settled(intent: &ScaleIntent) -> bool {
+    matches!(intent.recommendations.as_slice(), [(_, n)] if *n == intent.instances)
 }
 
 /// What one service's plan reads.
@@ -370,3 +427,7 @@ fn millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+#[cfg(test)]
+#[path = "autoscaler_tests.rs"]
+mod tests;
