@@ -125,7 +125,9 @@ const TEST: &str = "the_page_shows_a_service_converge_live_in_headless_chromium"
 fn service(command: &str) -> String {
     format!(
         "service web {{\n    image busybox\n    command \"{command}\"\n    instances 3\n    \
-         resources {{\n        cpu 100m\n        memory 16Mi\n    }}\n}}\n"
+         resources {{\n        cpu 100m\n        memory 16Mi\n    }}\n    \
+         scale {{\n        horizontal {{\n            min 3\n            max 6\n            \
+         target queue.depth = 5\n        }}\n    }}\n}}\n"
     )
 }
 
@@ -219,6 +221,13 @@ fn the_page_shows_a_service_converge_live_in_headless_chromium() {
          && document.querySelector('tr[data-node=\"n1\"]')?.dataset.alive === 'true' \
          && document.body.dataset.phase === 'live' \
          && document.getElementById('unplaced').children.length === 0",
+        Duration::from_secs(20),
+    );
+    // The autoscaler's word on web (its metric has no reading yet: it holds the count).
+    chrome.wait_until(
+        "web's autoscaler recommendation shown",
+        "document.querySelector('li[data-autoscaled=\"web\"]')?.dataset.recommended === '3' \
+         && document.getElementById('no-autoscaling').hidden",
         Duration::from_secs(20),
     );
     let changes = chrome.eval("Number(document.body.dataset.changes || 0)");

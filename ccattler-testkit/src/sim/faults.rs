@@ -44,11 +44,18 @@ pub enum FaultKind {
     /// 10 ms) before its election notices that its lease could have expired. Strikes nothing
     /// with a single runner.
     LeaderLoss,
+    /// For 10 to 60 s, one service whose `scale` block has a target (the target picks which)
+    /// is under load: its CPU demand is what its `max` instances request at one and a half
+    /// times its `cpu` target (so the autoscaler asks for all of them), each instance's memory
+    /// one and a half times its `memory` target, and each pushed metric is pushed at one and a
+    /// half times its target for `max` instances. When it ends, the demand goes and the pushed
+    /// metrics fall to zero. Strikes nothing when no service scales on a metric.
+    LoadSurge,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::NodeCrash,
         FaultKind::NetworkDelay,
         FaultKind::ProcessCrash,
@@ -58,6 +65,7 @@ impl FaultKind {
         FaultKind::LostMessages,
         FaultKind::SlowStorage,
         FaultKind::LeaderLoss,
+        FaultKind::LoadSurge,
     ];
 
     /// The kind's name on the command line and in reports.
@@ -72,6 +80,7 @@ impl FaultKind {
             FaultKind::LostMessages => "lost-messages",
             FaultKind::SlowStorage => "slow-storage",
             FaultKind::LeaderLoss => "leader-loss",
+            FaultKind::LoadSurge => "load-surge",
         }
     }
 
@@ -81,6 +90,7 @@ impl FaultKind {
             FaultKind::NodeCrash => 0.02,
             FaultKind::ProcessCrash => 0.1,
             FaultKind::ControllerRestart => 0.05,
+            FaultKind::LoadSurge => 0.02,
             _ => 0.03,
         }
     }
@@ -239,6 +249,7 @@ impl Fault {
         let length = match kind {
             FaultKind::NodeCrash => ms(500, 30_000, rng),
             FaultKind::LeaderLoss => ms(2_000, 30_000, rng),
+            FaultKind::LoadSurge => ms(10_000, 60_000, rng),
             FaultKind::StaleObservation => ms(1_000, 5_000, rng),
             FaultKind::ProcessCrash | FaultKind::ControllerRestart => Duration::ZERO,
             _ => ms(1_000, 10_000, rng),

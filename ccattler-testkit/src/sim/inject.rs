@@ -77,6 +77,7 @@ impl World {
                     _ => None,
                 }
             }
+            FaultKind::LoadSurge => self.surge(&fault),
             FaultKind::DuplicateEvents | FaultKind::SlowStorage => {
                 self.windows.push(Window {
                     kind: fault.kind,

@@ -79,6 +79,7 @@
 //! | `actors.rs` | the drivers of the controller loops and agent loops |
 //! | `net.rs` | watches, polled only when the store wakes them |
 //! | `faults.rs`, `inject.rs` | [`FaultKind`], [`FaultRates`], [`Schedule`]; injecting a fault |
+//! | `surge.rs` | a load surge on an autoscaled service, and its end |
 //! | `replicas.rs` | runner replicas under leader election, their fences, a paused leader |
 //! | `stops.rs` | what each agent heard it must stop, checked against the simulators |
 //! | `check.rs`, `tally.rs` | the [`Invariant`]s checked after every step, and the first [`Violation`]; each service's counts, kept one instance at a time |
@@ -103,6 +104,7 @@ mod script;
 mod shrink;
 mod simulation;
 mod stops;
+mod surge;
 mod tally;
 mod trace;
 mod work;

@@ -90,6 +90,7 @@ impl Simulation {
             documents,
             builder.work.clone(),
         );
+        world.load = builder.load.clone();
         world.trace.line(
             world.now,
             "sim",

@@ -100,6 +100,8 @@ pub(crate) enum Event {
         incarnation: u64,
         keeper: u64,
     },
+    /// A load surge on a service ends.
+    SurgeEnds(String),
     /// A slow start on a node is over: the instance runs (or exits), and the agent of that
     /// incarnation hears of it.
     Started {
@@ -186,6 +188,8 @@ pub(crate) struct World {
     pub started_on: std::collections::HashMap<String, std::collections::BTreeSet<usize>>,
     /// The first invariant broken: the run stops there.
     pub violation: Option<Violation>,
+    /// What the nodes' instances use (shared with every node's simulator).
+    pub load: ccattler_runtime::simulator::Load,
 }
 
 impl World {
@@ -204,6 +208,7 @@ impl World {
             replicas: Vec::new(),
             started_on: std::collections::HashMap::new(),
             violation: None,
+            load: ccattler_runtime::simulator::Load::new(),
             now: Duration::ZERO,
             rng,
             clock,
@@ -328,6 +333,7 @@ impl World {
             Event::Boot(node) => self.boot(node),
             Event::NodeReturns { node, wipe } => self.node_returns(node, wipe),
             Event::FreshObservation(node) => self.fresh_observation(node),
+            Event::SurgeEnds(service) => self.surge_ends(&service),
             Event::Renew {
                 node,
                 incarnation,

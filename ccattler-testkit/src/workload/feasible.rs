@@ -52,7 +52,8 @@ pub fn feasibility(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfia
 }
 
 /// What a workload's documents leave unplaced on its nodes at `1 / divisor` of their capacity,
-/// each service counted with its rollout's extra instances (`max_extra` above its count).
+/// each service counted with its rollout's extra instances (`max_extra` above its count), and
+/// one that scales on a metric at its `max` (where a load surge may take it).
 /// Documents the language refuses are not judged here (building the simulation reports them).
 pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiable> {
     let mut found = Vec::new();
@@ -95,7 +96,11 @@ fn unplaced(
         .collect();
     let mut ids = Vec::new();
     for spec in services {
-        let count = IntentResolver::resolve(spec, None).instances;
+        let mut count = IntentResolver::resolve(spec, None).instances;
+        if with_extra && let Some(scale) = spec.scale.as_ref().filter(|s| !s.targets.is_empty()) {
+            // Under a load surge the autoscaler may take it to its most.
+            count = count.max(scale.max);
+        }
         let extra = if with_extra { spec.update.max_extra } else { 0 };
         for i in 0..count + extra {
             ids.push((spec, format!("{}#{i}", spec.name)));

@@ -433,6 +433,18 @@ function renderServices() {
     });
   $("unplaced").replaceChildren(...unplaced);
   $("no-unplaced").hidden = unplaced.length > 0;
+  const scaling = services
+    .filter((s) => s.autoscaler)
+    .map((s) => {
+      const a = s.autoscaler;
+      const said = a.reason ? ": " + a.reason : "";
+      return el("li", s.name + ": autoscaler recommends " + a.instances + said, {
+        "data-autoscaled": s.name,
+        "data-recommended": a.instances,
+      });
+    });
+  $("autoscaling").replaceChildren(...scaling);
+  $("no-autoscaling").hidden = scaling.length > 0;
 }
 
 function renderNodes() {

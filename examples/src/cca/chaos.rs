@@ -81,8 +81,9 @@ pub struct ChaosArgs {
     /// The faults: kinds with optional rates (a chance per second, 0 to 1), such as
     /// `node-crash,process-crash=0.2`, or `none`. Kinds: node-crash, network-delay,
     /// process-crash, stale-observation, controller-restart, duplicate-events, lost-messages,
-    /// slow-storage, and leader-loss (which strikes only with --replicas 2 or more). Default:
-    /// every kind at its default rate.
+    /// slow-storage, leader-loss (which strikes only with --replicas 2 or more), and load-surge
+    /// (which strikes only a service whose scale block has a target). Default: every kind at
+    /// its default rate.
     #[arg(long, value_name = "KIND[=RATE],...", value_parser = parse_faults)]
     pub faults: Option<FaultRates>,
     /// Runner replicas under leader election (only the leader's controllers run; with 2 or

@@ -2,7 +2,8 @@
 //!
 //! [`ClusterStatus::read`] reads one row per declared service: desired instances (the effective
 //! count), placed, running and ready (from the status controller's `status/service/{svc}`), and
-//! the reasons the scheduler gave for instances it could not place. [`StatusFollower`] keeps it
+//! the reasons the scheduler gave for instances it could not place, and the autoscaler's
+//! recommendation with its reason. [`StatusFollower`] keeps it
 //! current from a watch (not polling), one change at a time; [`Display`](super::display::Display)
 //! draws it.
 
@@ -35,6 +36,17 @@ pub struct ServiceRow {
     /// matching it, no rebalancing move in flight or about to start, and no instance on a live
     /// node still stopping: nothing is left to do for this service.
     pub converged: bool,
+    /// What the autoscaler recommends, for a service whose `scale` block has a target.
+    pub autoscaler: Option<Autoscaling>,
+}
+
+/// The autoscaler's recommendation for a service (its `intent/autoscaler/{svc}` record).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Autoscaling {
+    /// The instances it recommends, before the scale block's bounds clamp them.
+    pub instances: u32,
+    /// Why: each metric against its target and what it asks for.
+    pub reason: String,
 }
 
 /// Every service's row, and how many nodes are alive.
@@ -63,7 +75,7 @@ impl ClusterStatus {
     }
 
     /// The status as a table, one row per service, then one line per unplaced service with the
-    /// scheduler's reasons.
+    /// scheduler's reasons, and one per autoscaled service with the autoscaler's.
     pub fn table(&self) -> String {
         let width = self
             .services
@@ -86,6 +98,11 @@ impl ClusterStatus {
         for s in self.services.iter().filter(|s| s.unplaced > 0) {
             let _ = writeln!(out, "{}", unplaced_line(s));
         }
+        for s in &self.services {
+            if let Some(scaling) = &s.autoscaler {
+                let _ = writeln!(out, "~ {}: {}", s.name, scaling.line());
+            }
+        }
         out
     }
 }
@@ -106,6 +123,17 @@ impl ServiceRow {
             );
         }
         line
+    }
+}
+
+impl Autoscaling {
+    /// "autoscaler recommends 6: cpu 120% of 60%, asks 6".
+    pub fn line(&self) -> String {
+        if self.reason.is_empty() {
+            format!("autoscaler recommends {}", self.instances)
+        } else {
+            format!("autoscaler recommends {}: {}", self.instances, self.reason)
+        }
     }
 }
 

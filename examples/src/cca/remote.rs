@@ -333,6 +333,14 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
                     value_text(reason)
                 );
             }
+            if let Some(scaling) = s["autoscaler"].as_object() {
+                println!(
+                    "{}: autoscaler recommends {}: {}",
+                    value_text(&s["name"]),
+                    scaling.get("instances").and_then(Json::as_u64).unwrap_or(0),
+                    scaling.get("reason").map(value_text).unwrap_or_default()
+                );
+            }
             for trouble in s["troubled"].as_array().into_iter().flatten() {
                 println!(
                     "{}: {} on {} is {}: {}",

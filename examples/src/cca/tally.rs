@@ -4,17 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ccattler_core::schema::{
-    self, Assignment, DesiredState, EffectiveService, RebalanceMove, RecordKey, ServiceSpec,
-    ServiceStatus, Unschedulable,
+    self, Assignment, DesiredState, EffectiveService, RebalanceMove, RecordKey, ScaleIntent,
+    ServiceSpec, ServiceStatus, Unschedulable,
 };
 use ccattler_core::{EventKind, Fact, FactStore, Key, Revision, StoreError, WatchEvent};
 use serde::de::DeserializeOwned;
 
-use super::progress::{ClusterStatus, ServiceRow};
+use super::progress::{Autoscaling, ClusterStatus, ServiceRow};
 
 /// The prefixes the status reads (disjoint: a key is under one at most).
-const PREFIXES: [&str; 7] = [
+const PREFIXES: [&str; 8] = [
     schema::DESIRED_SERVICES,
+    schema::AUTOSCALER_INTENTS,
     schema::EFFECTIVE_SERVICES,
     schema::SERVICE_STATUSES,
     schema::REBALANCE_MOVES,
@@ -30,6 +31,8 @@ pub(super) struct Tally {
     /// Per prefix, the revision its facts were scanned at: a change at or before it is in.
     scanned: BTreeMap<&'static str, Revision>,
     specs: BTreeMap<Key, ServiceSpec>,
+    /// The autoscaler's recommendation per service, with its reason.
+    autoscaler: BTreeMap<String, Autoscaling>,
     effective: BTreeMap<String, EffectiveService>,
     status: BTreeMap<String, ServiceStatus>,
     moves: BTreeMap<String, RebalanceMove>,
@@ -93,6 +96,15 @@ impl Tally {
                     self.specs.insert(fact.key.clone(), spec);
                 }
             }
+            schema::AUTOSCALER_INTENTS => {
+                if let Some(intent) = decoded::<ScaleIntent>(fact) {
+                    let recommended = Autoscaling {
+                        instances: intent.instances,
+                        reason: intent.reason,
+                    };
+                    self.autoscaler.insert(name(), recommended);
+                }
+            }
             schema::EFFECTIVE_SERVICES => {
                 if let Some(effective) = decoded(fact) {
                     self.effective.insert(name(), effective);
@@ -153,6 +165,9 @@ impl Tally {
         match prefix {
             schema::DESIRED_SERVICES => {
                 self.specs.remove(key);
+            }
+            schema::AUTOSCALER_INTENTS => {
+                self.autoscaler.remove(name());
             }
             schema::EFFECTIVE_SERVICES => {
                 self.effective.remove(name());
@@ -252,6 +267,7 @@ impl Tally {
                 .flat_map(|r| r.keys().cloned())
                 .collect(),
             converged: converged && !moving && stopping == 0,
+            autoscaler: self.autoscaler.get(&spec.name).cloned(),
         }
     }
 }
@@ -358,6 +374,15 @@ mod tests {
             (keys::node_lease("n2")?, None),
             (keys::placement("n1", "db-0")?, Some(b"not json".to_vec())),
             (keys::placement("n1", "web-1")?, None),
+            (
+                keys::scale_intent("db")?,
+                Some(br#"{"instances":9,"reason":"cpu 90% of 60%; asks 9"}"#.to_vec()),
+            ),
+            (
+                keys::scale_intent("web")?,
+                Some(br#"{"instances":4,"reason":"cpu 120% of 60%; asks 4"}"#.to_vec()),
+            ),
+            (keys::scale_intent("db")?, None),
             (keys::service("db")?, None),
             (keys::node_lease("n1")?, None),
         ];
@@ -423,6 +448,14 @@ mod tests {
             web.converged,
             "web-5, held on dead n2, is not a move: {web:?}"
         );
+        assert_eq!(
+            web.autoscaler.map(|a| a.line()),
+            Some("autoscaler recommends 4: cpu 120% of 60%; asks 4".to_owned())
+        );
+        let db_scaling =
+            |back: usize| row(&seen[seen.len() - back], "db").and_then(|r| r.autoscaler);
+        assert_eq!(db_scaling(4).map(|a| a.instances), Some(9));
+        assert_eq!(db_scaling(3), None, "its intent deleted");
         Ok(())
     }
 

@@ -173,6 +173,10 @@ pub async fn status<S: FactStore + Clone>(
                 "reasons": row.reasons,
                 "troubled": troubled.get(&row.name).cloned().unwrap_or_default(),
                 "converged": row.converged,
+                "autoscaler": row.autoscaler.as_ref().map(|a| json!({
+                    "instances": a.instances,
+                    "reason": a.reason,
+                })),
             })
         })
         .collect();

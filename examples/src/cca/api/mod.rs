@@ -13,7 +13,7 @@
 //! | `PUT /state/{key}`, `DELETE /state/{key}` | admin; a node for its own keys | writes the raw body as the value / deletes; `{key, revision}` |
 //! | `APPLY /config`, `POST /config?dry_run=true&prune=true` | admin | applies the `.cca` document in the body in one transaction; 400 with every diagnostic (`diagnostics`, and `rendered` as `cca check` prints them) and nothing applied on error |
 //! | `WATCH /changes`, `GET /changes?prefix=P` | any | server-sent events: `ready` first (`{revision}`), then `put`/`delete` with `id` = revision; resume with `Last-Event-ID: R` (from R + 1); an `error` event with `relist: true` when R was compacted |
-//! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons, and the instances in trouble (`troubled`: failed, or pending with a reason such as a missing secret) |
+//! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons, the instances in trouble (`troubled`: failed, or pending with a reason such as a missing secret), and the autoscaler's recommendation (`autoscaler`: `{instances, reason}`, or null for a service without a target) |
 //! | `GET /api/nodes` | any | every node: status and whether its lease is held |
 //! | `GET /api/events?object=X&limit=N` | any | the recorded events, oldest first: about instance X, or service X and its instances ([`events`]) |
 //! | `GET /metrics` | admin | every metric of the process in Prometheus' text format ([`metrics`]; the table: [`ccattler_core::telemetry`]) |
