@@ -9,7 +9,7 @@
 //! | [`toy`] | [`toy::ReplicaController`], a small real controller for runner tests, examples and benches |
 //! | [`conformance`] | the [`FactStore`](ccattler_core::FactStore) conformance suite: a harness trait and one entry point |
 //! | [`runtime_conformance`] | the [`Runtime`](ccattler_core::Runtime) conformance suite: a harness trait, one entry point, one check per guarantee |
-//! | [`sim`] | [`sim::Simulation`]: the whole cluster from one seed on virtual time, real controller and agent loops, runner replicas, nine fault kinds, invariants after every step |
+//! | [`sim`] | [`sim::Simulation`]: the whole cluster from one seed on virtual time, real controller and agent loops, runner replicas, ten fault kinds, invariants after every step |
 //! | [`harness`] | [`harness::Harness`]: snapshot tests of any controllers: facts in, one reconcile's plan or a run to a fixpoint out, as stable text |
 //! | [`workload`] | [`workload::Workload`]: a cluster and its users' documents over time, drawn from a seed with every feature of the language, feasible by construction, shrinkable |
 //! | [`scenario`] | deterministic scenario files: facts, events and expectations run through the standard controllers, or any others |

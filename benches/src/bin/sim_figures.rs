@@ -3,9 +3,9 @@
 //!
 //! `cargo run --release -p ccattler-benches --bin sim_figures [-- --seeds N] [--large-only]`
 //!
-//! - 1,000 seeds (or N) x 60 s of virtual time, 5 nodes, 20 instances, all eight fault kinds of one runner
+//! - 1,000 seeds (or N) x 60 s of virtual time, 5 nodes, 20 instances, every fault kind of one runner
 //!   at their default rates, on two threads: wall time, and the median time of one seed.
-//! - One seed of 1,000 nodes and 10,000 instances, 60 s of virtual time, all eight fault kinds of one runner:
+//! - One seed of 1,000 nodes and 10,000 instances, 60 s of virtual time, every fault kind of one runner:
 //!   wall time, events handled, the resident memory of the process afterwards, and what its
 //!   work cost: the virtual time the simulation charged its reconciles and its agents' actions
 //!   beside the real time they took (per fact read, per action), the check on its model of

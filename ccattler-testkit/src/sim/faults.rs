@@ -1,6 +1,7 @@
-//! The simulation's faults: eight kinds, and a ninth (leader loss) for runner replicas, each
-//! with a rate and a documented model, drawn into a [`Schedule`] from the seed before the run
-//! starts (so a schedule can be shrunk and replayed).
+//! The simulation's faults: eight kinds that strike any cluster, a ninth (leader loss) for runner
+//! replicas and a tenth (load surge) for autoscaled services, each with a rate and a documented
+//! model, drawn into a [`Schedule`] from the seed before the run starts (so a schedule can be
+//! shrunk and replayed).
 
 use std::fmt;
 use std::str::FromStr;
