@@ -95,6 +95,7 @@ fn cluster(nodes: usize) -> FactView {
         let effective = EffectiveService {
             instances: spec.instances,
             version: version.clone(),
+            paused: false,
         };
         view.insert(fact(
             schema::keys::effective(&spec.name).expect("key"),

@@ -44,8 +44,17 @@ pub mod reasons {
     pub const STOPPING: &str = "Stopping";
     /// A service's instance count was changed by the autoscaler; the message says why.
     pub const SCALED: &str = "Scaled";
-    /// A rollout was rolled back to the previous version.
+    /// A rollout was rolled back to the last stable version; the message says why.
     pub const ROLLED_BACK: &str = "RolledBack";
+    /// A version began rolling out (applied, resumed, or an undo); the message says which.
+    pub const ROLLOUT_STARTED: &str = "RolloutStarted";
+    /// Every instance runs the version in force and stayed ready for the minimum time.
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// A rollout was paused by request.
+    pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
+    /// A rollout failed and there was nothing to roll back to, or a request could not be
+    /// honoured; the message says why.
+    pub const ROLLOUT_FAILED: &str = "RolloutFailed";
     /// An instance's process started.
     pub const STARTED: &str = "Started";
     /// An instance became ready (its readiness probe passes, or it has none).

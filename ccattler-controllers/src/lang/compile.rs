@@ -221,6 +221,30 @@ impl Compiler<'_> {
                 "set `max_unavailable 1` (the default) or more",
             );
         }
+        if update.failure_threshold == 0 {
+            self.error(
+                "cca::bad-rollout",
+                name_span,
+                format!(
+                    "service `{}` has `failure_threshold 0`: every new version would be rolled \
+                     back before any of its instances failed",
+                    spec.name
+                ),
+                "count the failures that roll a version back, 1 or more (the default is 3)",
+            );
+        }
+        if update.progress_deadline.is_zero() {
+            self.error(
+                "cca::bad-rollout",
+                name_span,
+                format!(
+                    "service `{}` has `progress_deadline 0s`: every new version would be rolled \
+                     back before its first instance could be ready",
+                    spec.name
+                ),
+                "give instances time to start, such as `progress_deadline 10m` (the default)",
+            );
+        }
         if let Some(scale) = &spec.scale {
             for target in &scale.targets {
                 let requested = match target.metric.as_str() {

@@ -81,6 +81,14 @@ impl Compiler<'_> {
                                 this.count(field, 0, "max_unavailable")?;
                         }
                         "max_extra" => spec.update.max_extra = this.count(field, 0, "max_extra")?,
+                        "progress_deadline" => {
+                            spec.update.progress_deadline = this.duration(field, 0)?;
+                        }
+                        "min_ready" => spec.update.min_ready = this.duration(field, 0)?,
+                        "failure_threshold" => {
+                            spec.update.failure_threshold =
+                                this.count(field, 0, "failure_threshold")?;
+                        }
                         _ => {}
                     }
                     Ok(())

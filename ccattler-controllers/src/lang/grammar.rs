@@ -330,6 +330,9 @@ pub static UPDATE: BlockSpec = BlockSpec {
     fields: &[
         field("max_unavailable", ONE_NUMBER, false, None),
         field("max_extra", ONE_NUMBER, false, None),
+        field("progress_deadline", DURATION, false, None),
+        field("min_ready", DURATION, false, None),
+        field("failure_threshold", ONE_NUMBER, false, None),
     ],
     exclusive: &[],
 };

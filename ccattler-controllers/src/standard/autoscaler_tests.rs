@@ -49,6 +49,7 @@ fn cluster() -> FactView {
         let effective = EffectiveService {
             instances: 2,
             version: version.clone(),
+            paused: false,
         };
         put(
             schema::keys::effective(name).expect("key"),

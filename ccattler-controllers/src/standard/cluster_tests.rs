@@ -383,6 +383,7 @@ mod model {
                     schema::encode(&EffectiveService {
                         instances,
                         version: "v".into(),
+                        paused: false,
                     })
                 }),
             ),

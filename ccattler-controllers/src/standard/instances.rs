@@ -89,6 +89,10 @@ use super::stop_order::stop_order;
 /// ready old instances: with `max_unavailable 0` every old ready instance keeps running, and the
 /// rollout waits (at most `max_extra` new instances exist) until new instances become ready.
 ///
+/// While the rollout is paused ([`EffectiveService::paused`]), old instances that still run or
+/// will run count toward the count and are not stopped for their version; a deficit is made up
+/// with the version in force.
+///
 /// # Rebalancing
 ///
 /// The scheduler suggests one move per skewed service (`status/rebalance/{svc}`, a
@@ -262,7 +266,14 @@ impl ServicePlan<'_> {
             .collect();
 
         // Create the deficit, at most max_extra above the count while old instances remain.
-        let deficit = target.saturating_sub(present.len());
+        // While the rollout is paused, old instances count as present: none is replaced for
+        // its version.
+        let held_old = if effective.paused {
+            old_active.len()
+        } else {
+            0
+        };
+        let deficit = target.saturating_sub(present.len() + held_old);
         let room = (target + self.update.max_extra as usize)
             .saturating_sub(present.len() + old_active.len());
         let create = deficit.min(room);
@@ -331,6 +342,9 @@ impl ServicePlan<'_> {
             .saturating_sub(finished)
             .saturating_sub(self.update.max_unavailable as usize);
         let mut available = ready(&present) + ready(&old_active);
+        if effective.paused {
+            return Ok(());
+        }
         for instance in stop_order(&old_active, self.restart) {
             if instance.is_ready() {
                 if available <= min_available {

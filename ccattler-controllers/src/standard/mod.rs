@@ -12,7 +12,8 @@
 //! | controller | reads | writes |
 //! |---|---|---|
 //! | [`Autoscaler`] | services, effective, instances, placements, observations, node leases, telemetry, pushed metrics | `intent/autoscaler/` |
-//! | [`IntentResolver`] | services, autoscaler intents | `effective/service/` |
+//! | [`RolloutController`] | services, effective, instances, placements, observations, node leases, rollout requests, its own records | `rollout/service/`, `rollout/spec/` |
+//! | [`IntentResolver`] | services, autoscaler intents, rollouts | `effective/service/` |
 //! | [`InstanceController`] | effective, services, placements, observations, node leases, rebalance moves | `desired/instance/` |
 //! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/`, `status/rebalance/` |
 //! | [`EndpointController`] | services, instances, placements, observations, node leases | `endpoint/service/` |
@@ -39,6 +40,8 @@ mod intent;
 mod network;
 mod network_rules;
 mod placement;
+mod rollout;
+mod rollout_step;
 mod schedule_cache;
 mod shared;
 mod spread;
@@ -54,6 +57,8 @@ pub use intent::IntentResolver;
 pub use network::NetworkController;
 pub use network_rules::{NetworkInputs, Touched};
 pub use placement::SchedulerController;
+pub use rollout::RolloutController;
+pub use rollout_step::KEPT_VERSIONS;
 pub use shared::SharedCluster;
 pub use status::StatusController;
 
@@ -61,20 +66,21 @@ use std::sync::Arc;
 
 use ccattler_core::Controller;
 
-/// One of each standard controller. The autoscaler and the instance, endpoint and status
-/// controllers share one [`SharedCluster`], so the records they all read are decoded and
-/// indexed once.
+/// One of each standard controller. The autoscaler and the rollout, instance, endpoint and
+/// status controllers share one [`SharedCluster`], so the records they all read are decoded
+/// and indexed once.
 pub fn all() -> Vec<Arc<dyn Controller>> {
     all_sharing(Arc::new(SharedCluster::new()))
 }
 
-/// One of each standard controller, the autoscaler and the instance, endpoint and status
-/// controllers sharing
+/// One of each standard controller, the autoscaler and the rollout, instance, endpoint and
+/// status controllers sharing
 /// `shared`: with the controllers of an earlier call, for instance when one of them is made
 /// again after it stopped. Any number of controllers may share one; each reads its own view.
 pub fn all_sharing(shared: Arc<SharedCluster>) -> Vec<Arc<dyn Controller>> {
     vec![
         Arc::new(Autoscaler::sharing(Arc::clone(&shared))),
+        Arc::new(RolloutController::sharing(Arc::clone(&shared))),
         Arc::new(IntentResolver),
         Arc::new(InstanceController::sharing(Arc::clone(&shared))),
         Arc::new(SchedulerController::new()),

@@ -42,6 +42,9 @@ pub struct EffectiveService {
     pub instances: u32,
     /// The spec version instances must run ([`ServiceSpec::version`](super::ServiceSpec::version)).
     pub version: String,
+    /// The rollout is paused: instances of other versions are not replaced for their version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// Whether a desired instance should run.

@@ -42,6 +42,26 @@ pub fn secret(name: &str) -> Result<Key, KeyError> {
 pub fn scale_intent(service: &str) -> Result<Key, KeyError> {
     Key::join(AUTOSCALER_INTENTS, [service])
 }
+/// `intent/rollout/{svc}`.
+pub fn rollout_request(service: &str) -> Result<Key, KeyError> {
+    Key::join(ROLLOUT_REQUESTS, [service])
+}
+/// `rollout/service/{svc}`.
+pub fn rollout(service: &str) -> Result<Key, KeyError> {
+    Key::join(ROLLOUTS, [service])
+}
+/// `rollout/spec/{svc}/{version}`: the spec of one version of a service.
+pub fn spec_version(service: &str, version: &str) -> Result<Key, KeyError> {
+    Key::join(SPEC_HISTORY, [service, segment(version)?])
+}
+/// `rollout/spec/{svc}/`: the prefix of every kept spec of a service.
+///
+/// # Errors
+///
+/// [`KeyError`] when `service` is not a valid name.
+pub fn spec_versions(service: &str) -> Result<String, KeyError> {
+    Ok(format!("{}/", Key::join(SPEC_HISTORY, [service])?))
+}
 /// `effective/service/{svc}`.
 pub fn effective(service: &str) -> Result<Key, KeyError> {
     Key::join(EFFECTIVE_SERVICES, [service])
@@ -149,6 +169,17 @@ pub enum RecordKey<'k> {
     Secret(&'k str),
     /// `intent/autoscaler/{svc}`.
     ScaleIntent(&'k str),
+    /// `intent/rollout/{svc}`.
+    RolloutRequest(&'k str),
+    /// `rollout/service/{svc}`.
+    Rollout(&'k str),
+    /// `rollout/spec/{svc}/{version}`.
+    SpecVersion {
+        /// The service (a path).
+        service: &'k str,
+        /// The version (the key's last segment).
+        version: &'k str,
+    },
     /// `effective/service/{svc}`.
     Effective(&'k str),
     /// `desired/instance/{id}`.
@@ -233,6 +264,14 @@ impl<'k> RecordKey<'k> {
             RecordKey::Secret(n)
         } else if let Some(n) = name(AUTOSCALER_INTENTS) {
             RecordKey::ScaleIntent(n)
+        } else if let Some(n) = name(ROLLOUT_REQUESTS) {
+            RecordKey::RolloutRequest(n)
+        } else if let Some(n) = name(ROLLOUTS) {
+            RecordKey::Rollout(n)
+        } else if let Some(rest) = name(SPEC_HISTORY) {
+            let (service, version) = rest.rsplit_once('/')?;
+            (!service.is_empty() && !version.is_empty()).then_some(())?;
+            RecordKey::SpecVersion { service, version }
         } else if let Some(n) = name(EFFECTIVE_SERVICES) {
             RecordKey::Effective(n)
         } else if key.starts_with(DESIRED_INSTANCES) {
@@ -297,6 +336,9 @@ impl<'k> RecordKey<'k> {
             RecordKey::NetworkPolicy => Ok(network_policy()),
             RecordKey::Secret(n) => secret(n),
             RecordKey::ScaleIntent(n) => scale_intent(n),
+            RecordKey::RolloutRequest(n) => rollout_request(n),
+            RecordKey::Rollout(n) => rollout(n),
+            RecordKey::SpecVersion { service, version } => spec_version(service, version),
             RecordKey::Effective(n) => effective(n),
             RecordKey::Instance(id) => instance(id),
             RecordKey::Placement { node, instance } => placement(node, instance),
@@ -421,6 +463,12 @@ mod tests {
             RecordKey::NetworkPolicy,
             RecordKey::Secret("db/password"),
             RecordKey::ScaleIntent("web"),
+            RecordKey::RolloutRequest("team/web"),
+            RecordKey::Rollout("team/web"),
+            RecordKey::SpecVersion {
+                service: "team/web",
+                version: "0123456789abcdef",
+            },
             RecordKey::Effective("web"),
             RecordKey::Instance("web-1"),
             RecordKey::Placement {

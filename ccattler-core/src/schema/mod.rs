@@ -14,6 +14,9 @@
 //! | `secret/{name}` | the secret's raw bytes | the user (API); never returned by reads of the API |
 //! | `metric/{metric}/{svc}` | [`PushedMetric`] | the user's platform (API) |
 //! | `intent/autoscaler/{svc}` | [`ScaleIntent`] | autoscaler |
+//! | `intent/rollout/{svc}` | [`RolloutRequest`] | the user (API: `cca rollout pause\|resume\|undo`) |
+//! | `rollout/service/{svc}` | [`Rollout`] | rollout controller |
+//! | `rollout/spec/{svc}/{version}` | [`ServiceSpec`] of that version, kept for rollbacks and for agents starting instances of it | rollout controller |
 //! | `effective/service/{svc}` | [`EffectiveService`] | intent resolver |
 //! | `desired/instance/{id}` | [`DesiredInstance`] | instance controller |
 //! | `placement/{node}/{id}` | [`Assignment`] | scheduler |
@@ -38,13 +41,14 @@
 //! # Versions
 //!
 //! [`ServiceSpec::version`] is a stable hash of everything in a spec that a running instance
-//! depends on (not its instance count or scale bounds): re-applying the same file keeps the
+//! depends on (not its instance count, scale bounds or update policy): re-applying the same file keeps the
 //! version, changing the image changes it.
 
 mod cluster;
 mod duration;
 mod network;
 mod quantity;
+mod rollout;
 mod service;
 mod telemetry;
 mod volume;
@@ -57,6 +61,7 @@ pub use cluster::{
 pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
 pub use network::{NetworkPolicy, NetworkReport, NetworkRule, NodeRules, PortGuard, RuleAction};
 pub use quantity::{Cpu, Memory};
+pub use rollout::{Rollout, RolloutAction, RolloutPhase, RolloutRequest};
 pub use service::{
     ConfigFile, Expose, HorizontalScale, InitStep, Placement, Probe, ProbeCheck, Protocol,
     Resources, RestartPolicy, ScaleTarget, SecretRef, ServiceSpec, UpdatePolicy, VolumeMount,
@@ -84,6 +89,12 @@ pub const SECRETS: &str = "secret/";
 pub const AUTOSCALER_INTENTS: &str = "intent/autoscaler/";
 /// Prefix of [`PushedMetric`]s (`metric/{metric}/{svc}`).
 pub const METRICS: &str = "metric/";
+/// Prefix of [`RolloutRequest`]s (`intent/rollout/{svc}`).
+pub const ROLLOUT_REQUESTS: &str = "intent/rollout/";
+/// Prefix of [`Rollout`] records (`rollout/service/{svc}`).
+pub const ROLLOUTS: &str = "rollout/service/";
+/// Prefix of the specs kept by version (`rollout/spec/{svc}/{version}`).
+pub const SPEC_HISTORY: &str = "rollout/spec/";
 /// Prefix of [`EffectiveService`]s.
 pub const EFFECTIVE_SERVICES: &str = "effective/service/";
 /// Prefix of [`DesiredInstance`]s.
@@ -197,11 +208,12 @@ pub fn decode<T: DeserializeOwned>(fact: &Fact) -> Result<T, SchemaError> {
 
 impl ServiceSpec {
     /// A stable hash (16 hex digits) of everything a running instance depends on: the spec
-    /// without `instances` and `scale`. Instances of another version are replaced.
+    /// without `instances`, `scale` and `update`. Instances of another version are replaced.
     pub fn version(&self) -> String {
         let template = ServiceSpec {
             instances: 0,
             scale: None,
+            update: UpdatePolicy::default(),
             ..self.clone()
         };
         let bytes = serde_json::to_vec(&template).expect("schema records always encode as JSON");

@@ -221,13 +221,32 @@ pub enum ZonePolicy {
     Only(String),
 }
 
-/// Rolling update bounds.
+/// How a new version replaces the old: the rolling update's bounds, and when the rollout
+/// controller judges a version failed and rolls back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
 pub struct UpdatePolicy {
     /// Most instances below the desired count during an update. Default 1.
     pub max_unavailable: u32,
     /// Most instances above the desired count during an update. Default 1.
     pub max_extra: u32,
+    /// How long a rollout may go without progress (one more instance of the new version ready
+    /// than ever before) before it is rolled back. Default 10 min.
+    #[serde(
+        serialize_with = "serialize_duration",
+        deserialize_with = "deserialize_duration"
+    )]
+    pub progress_deadline: Duration,
+    /// How long every instance of the new version must stay ready before the rollout is
+    /// complete (and the version becomes the one to roll back to). Default 0 s.
+    #[serde(
+        serialize_with = "serialize_duration",
+        deserialize_with = "deserialize_duration"
+    )]
+    pub min_ready: Duration,
+    /// How many failures of the new version's instances (restarts, and instances reported
+    /// failed) roll it back. Default 3.
+    pub failure_threshold: u32,
 }
 
 impl Default for UpdatePolicy {
@@ -235,6 +254,9 @@ impl Default for UpdatePolicy {
         UpdatePolicy {
             max_unavailable: 1,
             max_extra: 1,
+            progress_deadline: Duration::from_secs(600),
+            min_ready: Duration::ZERO,
+            failure_threshold: 3,
         }
     }
 }

@@ -62,12 +62,13 @@ pub enum Action {
         /// The first revision to deliver.
         from: Revision,
     },
-    /// Get each service's spec. Report the facts (in order) with
-    /// [`fetched_specs`](super::AgentLoop::fetched_specs). One action asks for every service
-    /// the placements in hand need, so that a node given instances of ten services learns
-    /// them in one round and judges its placements once, not once a service.
+    /// Get the specs of the versions the placements in hand need. Report the facts (in order)
+    /// with [`fetched_specs`](super::AgentLoop::fetched_specs). One action asks for every
+    /// version needed, so that a node given instances of ten services learns them in one round
+    /// and judges its placements once, not once a service.
     FetchSpecs {
-        /// `desired/service/{service}` keys.
+        /// Each service's `desired/service/{service}`, then each version's
+        /// `rollout/spec/{service}/{version}`.
         keys: Vec<Key>,
     },
     /// Get each secret. Report the facts (in order) with

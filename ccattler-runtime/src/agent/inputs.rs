@@ -162,8 +162,7 @@ impl AgentLoop {
         }
     }
 
-    /// The result of [`Action::FetchSpecs`]: one fact per service asked for, `None` when the
-    /// service is gone.
+    /// The result of [`Action::FetchSpecs`]: one fact per key asked for, `None` when missing.
     ///
     /// A version the placements want that no fetched spec has is remembered as unavailable:
     /// its instances wait, reported `pending` with the reason.
@@ -179,7 +178,8 @@ impl AgentLoop {
         let facts = match result {
             Ok(facts) => facts,
             Err(err) => {
-                let services = services.join(", ");
+                let services: BTreeSet<&str> = services.iter().map(String::as_str).collect();
+                let services = services.into_iter().collect::<Vec<_>>().join(", ");
                 return self.disconnect(format!("fetching the specs of {services} failed: {err}"));
             }
         };
@@ -194,8 +194,15 @@ impl AgentLoop {
             }
         }
         for (service, fact) in services.into_iter().zip(facts) {
-            let versions = wanted.remove(&service).unwrap_or_default();
-            self.learn_spec(service, fact, versions);
+            let versions = wanted.get(&service).cloned().unwrap_or_default();
+            self.learn_spec(service, fact, &versions);
+        }
+        for (service, versions) in wanted {
+            for version in versions {
+                if self.desired.spec(&service, &version).is_none() {
+                    self.unavailable.insert((service.clone(), version));
+                }
+            }
         }
         self.save_cache();
         self.report_scope.mark_all();
@@ -203,26 +210,20 @@ impl AgentLoop {
         self.report_wanted = true;
     }
 
-    /// Keeps the fetched spec of `service` if its version is one the placements want
-    /// (`wanted`), and marks every wanted version without a spec unavailable.
-    fn learn_spec(&mut self, service: String, fact: Option<Fact>, wanted: BTreeSet<String>) {
-        let spec = fact.and_then(|f| schema::decode::<ServiceSpec>(&f).ok());
-        if let Some(spec) = spec {
-            let version = spec.version();
-            if wanted.contains(&version) {
-                self.secret_fetches
-                    .extend(spec.secrets.iter().map(|s| s.name.clone()));
-                self.desired
-                    .specs
-                    .entry(service.clone())
-                    .or_default()
-                    .insert(version, std::sync::Arc::new(spec));
-            }
-        }
-        for version in wanted {
-            if self.desired.spec(&service, &version).is_none() {
-                self.unavailable.insert((service.clone(), version));
-            }
+    /// Keeps the fetched spec of `service` if its version is one the placements want.
+    fn learn_spec(&mut self, service: String, fact: Option<Fact>, wanted: &BTreeSet<String>) {
+        let Some(spec) = fact.and_then(|f| schema::decode::<ServiceSpec>(&f).ok()) else {
+            return;
+        };
+        let version = spec.version();
+        if wanted.contains(&version) && self.desired.spec(&service, &version).is_none() {
+            self.secret_fetches
+                .extend(spec.secrets.iter().map(|s| s.name.clone()));
+            self.desired
+                .specs
+                .entry(service)
+                .or_default()
+                .insert(version, std::sync::Arc::new(spec));
         }
     }
 

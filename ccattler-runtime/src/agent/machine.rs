@@ -226,7 +226,7 @@ pub struct AgentLoop {
     /// no action is queued or in flight, or by this time.
     pub(super) repass: Option<Duration>,
     pub(super) next_pass: Duration,
-    pub(super) spec_fetches: BTreeSet<String>,
+    pub(super) spec_fetches: BTreeSet<(String, String)>,
     pub(super) secret_fetches: BTreeSet<String>,
     /// Versions a placement names that the store no longer holds.
     pub(super) unavailable: BTreeSet<(String, String)>,
@@ -409,10 +409,7 @@ impl AgentLoop {
             }
             Link::Live { lease, .. } => {
                 if !self.spec_fetches.is_empty() {
-                    let (services, keys) = keyed(
-                        std::mem::take(&mut self.spec_fetches),
-                        schema::keys::service,
-                    );
+                    let (services, keys) = spec_keys(std::mem::take(&mut self.spec_fetches));
                     if !keys.is_empty() {
                         self.store_busy = Some(StoreOp::FetchSpecs(services));
                         return Some(Action::FetchSpecs { keys });
@@ -519,7 +516,8 @@ impl AgentLoop {
                 .secret_fetches
                 .extend(spec.secrets.iter().map(|s| s.name.clone())),
             None => {
-                self.spec_fetches.insert(assignment.service.clone());
+                self.spec_fetches
+                    .insert((assignment.service.clone(), assignment.version.clone()));
             }
         }
     }
@@ -607,6 +605,23 @@ impl AgentLoop {
 }
 
 /// Each name with its key, leaving out the names that make no key (nothing to fetch for them).
+/// The keys that may hold the specs wanted, `(service, version)` each: the spec kept of that
+/// version (`rollout/spec/{svc}/{version}`), and the service's desired spec (which serves its
+/// own version where no rollout controller keeps specs). Returns the service of each key.
+fn spec_keys(wanted: BTreeSet<(String, String)>) -> (Vec<String>, Vec<Key>) {
+    let services: BTreeSet<&str> = wanted.iter().map(|(service, _)| service.as_str()).collect();
+    let desired = services
+        .into_iter()
+        .filter_map(|service| Some((service.to_owned(), schema::keys::service(service).ok()?)));
+    let kept = wanted.iter().filter_map(|(service, version)| {
+        Some((
+            service.clone(),
+            schema::keys::spec_version(service, version).ok()?,
+        ))
+    });
+    desired.chain(kept).collect::<Vec<_>>().into_iter().unzip()
+}
+
 fn keyed<E>(
     names: BTreeSet<String>,
     key: impl Fn(&str) -> Result<Key, E>,

@@ -733,6 +733,28 @@ fn a_version_the_store_no_longer_holds_is_reported_failed_not_started_with_anoth
 }
 
 #[test]
+fn a_version_rolled_back_to_starts_with_its_kept_spec() {
+    let mut step = Step::new();
+    let v1 = service("web", &[]);
+    let mut v2 = v1.clone();
+    v2.image = "example/web:2".into();
+    // v2 is applied, v1 is put back in force: only the kept spec has v1.
+    step.place("back", &v1, DesiredState::Running);
+    step.put(schema::keys::service("web").expect("key"), &v2);
+    step.put(
+        schema::keys::spec_version("web", &v1.version()).expect("key"),
+        &v1,
+    );
+    step.advance(Duration::from_millis(200));
+    assert!(running(&step, "back"), "{:?}", step.tail());
+    assert_eq!(
+        step.sim.spec("back").expect("started").image,
+        "example/web:1",
+        "with the spec of its own version"
+    );
+}
+
+#[test]
 fn a_start_that_fails_is_reported_and_retried_on_the_backoff_schedule() {
     let mut step = Step::new();
     step.sim.faults().missing_image("example/ghost:1");
@@ -815,7 +837,8 @@ fn placements_of_several_services_fetch_their_specs_in_one_action() {
             .iter()
             .all(|id| running(step, id))
     });
-    assert_eq!(step.count("fetch 3 specs"), 1, "{:?}", step.tail());
+    // Each service's desired spec and the kept spec of its version: six keys in one action.
+    assert_eq!(step.count("fetch 6 specs"), 1, "{:?}", step.tail());
     assert_eq!(step.count("fetch "), 1, "no other fetch: {:?}", step.tail());
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, Request, ScheduleInput};
 use ccattler_controllers::standard::{Cluster, Instance, IntentResolver, NetworkInputs, Standing};
 use ccattler_core::schema::{
-    self, DesiredState, Endpoints, InstanceObservation, NodeRules, NodeStatus, RecordKey,
-    ScaleIntent, ServiceSpec, ServiceStatus,
+    self, DesiredState, Endpoints, InstanceObservation, NodeRules, NodeStatus, RecordKey, Rollout,
+    RolloutPhase, ServiceSpec, ServiceStatus,
 };
 use ccattler_core::{
     EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
@@ -138,13 +138,19 @@ impl Snapshot {
                 gaps.push(format!("{name}: no effective record yet"));
                 continue;
             };
-            let intent = schema::keys::scale_intent(name)
-                .ok()
-                .and_then(|key| self.view.get(key.as_str()))
-                .and_then(|fact| schema::decode::<ScaleIntent>(fact).ok());
-            if *effective != IntentResolver::resolve(spec, intent.as_ref()) {
+            if *effective != IntentResolver::read(&self.view, spec) {
                 gaps.push(format!("{name}: the effective record lags the spec"));
                 continue;
+            }
+            let rollout = schema::keys::rollout(name)
+                .ok()
+                .and_then(|key| self.view.get(key.as_str()))
+                .and_then(|fact| schema::decode::<Rollout>(fact).ok());
+            if let Some(rollout) = rollout.filter(|r| r.phase == RolloutPhase::Progressing) {
+                gaps.push(format!(
+                    "{name}: the rollout of version {} is still progressing ({})",
+                    rollout.version, rollout.reason
+                ));
             }
             let n = effective.instances;
             let instances: Vec<&Instance> = cluster.instances_of(name).collect();
@@ -156,7 +162,7 @@ impl Snapshot {
             for i in &instances {
                 let why = if i.desired.state != DesiredState::Running {
                     "is stopping"
-                } else if i.desired.version != spec.version() {
+                } else if i.desired.version != effective.version {
                     "runs an old version"
                 } else if i.node.is_none() {
                     "is not placed"

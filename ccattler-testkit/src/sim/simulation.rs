@@ -279,6 +279,25 @@ impl Simulation {
             .sum()
     }
 
+    /// Writes one fact now, as a user or the API would (a rollout request, a pushed metric):
+    /// the controllers and agents see it as any other write.
+    ///
+    /// # Errors
+    ///
+    /// What the store answers: [`StoreError`](ccattler_core::StoreError).
+    pub fn put(
+        &mut self,
+        key: &ccattler_core::Key,
+        value: impl Into<ccattler_core::Value>,
+    ) -> Result<(), ccattler_core::StoreError> {
+        world::ready(ccattler_core::FactStore::put(
+            &self.world.store,
+            key,
+            value.into(),
+        ))
+        .map(|_| ())
+    }
+
     /// The whole store now.
     pub fn snapshot(&self) -> Option<Snapshot> {
         let scan = world::ready(ccattler_core::FactStore::scan(&self.world.store, "")).ok()?;

@@ -96,7 +96,7 @@ fn unplaced(
         .collect();
     let mut ids = Vec::new();
     for spec in services {
-        let mut count = IntentResolver::resolve(spec, None).instances;
+        let mut count = IntentResolver::resolve(spec, None, None).instances;
         if with_extra && let Some(scale) = spec.scale.as_ref().filter(|s| !s.targets.is_empty()) {
             // Under a load surge the autoscaler may take it to its most.
             count = count.max(scale.max);

@@ -7,7 +7,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    Change, CheckDraw, ProbeDraw, RuleDraw, ServiceDraw, Step, Workload, ZoneDraw, feasible,
+    Change, CheckDraw, ProbeDraw, RuleDraw, ServiceDraw, Step, Update, Workload, ZoneDraw, feasible,
 };
 use crate::cluster::NodeSpec;
 
@@ -238,7 +238,14 @@ impl Draw<'_> {
         let update = self.rng.random_bool(0.4).then(|| {
             let unavailable = self.rng.random_range(u32::from(stateful)..=2);
             let extra = self.rng.random_range(u32::from(unavailable == 0)..=2);
-            (unavailable, extra)
+            Update {
+                max_unavailable: unavailable,
+                max_extra: extra,
+                progress_deadline_secs: self
+                    .rng
+                    .random_bool(0.5)
+                    .then(|| self.rng.random_range(10..=60)),
+            }
         });
         let scale = self
             .rng

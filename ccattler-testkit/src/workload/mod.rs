@@ -95,8 +95,8 @@ pub struct ServiceDraw {
     pub require: Vec<(String, String)>,
     /// `placement { prefer K = V }`.
     pub prefer: Vec<(String, String)>,
-    /// `update { max_unavailable  max_extra }`, when given.
-    pub update: Option<(u32, u32)>,
+    /// `update { ... }`, when given.
+    pub update: Option<Update>,
     /// `scale { horizontal { min  max } }`, when given.
     pub scale: Option<(u32, u32)>,
     /// `stateful`.
@@ -217,6 +217,18 @@ impl Change {
             Change::Secret { .. } => false,
         }
     }
+}
+
+/// A generated `update { ... }` block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Update {
+    /// `max_unavailable`.
+    pub max_unavailable: u32,
+    /// `max_extra`.
+    pub max_extra: u32,
+    /// `progress_deadline`, in seconds, when given: short enough, at times, that a version
+    /// that never becomes ready is rolled back before its fix is applied.
+    pub progress_deadline_secs: Option<u32>,
 }
 
 impl fmt::Display for Change {
@@ -422,7 +434,9 @@ impl Workload {
                     .max()
                     .unwrap_or(0);
                 let round = s.init.len() as u64 + 2 + ready;
-                let (unavailable, extra) = s.update.unwrap_or((1, 1));
+                let (unavailable, extra) = s
+                    .update
+                    .map_or((1, 1), |u| (u.max_unavailable, u.max_extra));
                 let per_round = u64::from((unavailable + extra).max(1));
                 let count = u64::from(s.instances);
                 let rollout = count.div_ceil(per_round);

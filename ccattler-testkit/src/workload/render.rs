@@ -112,9 +112,15 @@ fn service(s: &ServiceDraw) -> String {
             placement.join("\n        ")
         ));
     }
-    if let Some((unavailable, extra)) = s.update {
+    if let Some(update) = s.update {
+        let deadline = update
+            .progress_deadline_secs
+            .map_or_else(String::new, |secs| {
+                format!("\n        progress_deadline {secs}s")
+            });
         line(format!(
-            "update {{\n        max_unavailable {unavailable}\n        max_extra {extra}\n    }}"
+            "update {{\n        max_unavailable {}\n        max_extra {}{deadline}\n    }}",
+            update.max_unavailable, update.max_extra
         ));
     }
     if let Some((min, max)) = s.scale {

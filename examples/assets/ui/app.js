@@ -379,7 +379,18 @@ function showError(message) {
 const lastSegment = (key) => key.slice(key.lastIndexOf("/") + 1);
 
 /** The rollout of `service`: how many of its desired instances run the effective version. */
-function rollout(service) {
+/**
+ * The rollout column: what the rollout controller says when it holds, rolled back or fails
+ * (`status.rollout`, with why), else how far instances are at the version in force.
+ */
+function rollout(service, status) {
+  const held = status && status.rollout;
+  if (held && ["paused", "rolled back", "failing"].includes(held.phase)) {
+    return {
+      text: held.phase + " at version " + String(held.version).slice(0, 8) + ": " + held.reason,
+      state: held.phase.replace(" ", "-"),
+    };
+  }
   const effective = cluster.effective.get(PREFIXES.effective + service);
   if (!effective || typeof effective.version !== "string") return { text: "—", state: "none" };
   const target = effective.version;
@@ -402,7 +413,7 @@ function rollout(service) {
 function renderServices() {
   const services = (cluster.status && cluster.status.services) || [];
   const rows = services.map((s) => {
-    const r = rollout(s.name);
+    const r = rollout(s.name, s);
     const state = s.converged
       ? badge("converged", "ok")
       : s.unplaced > 0

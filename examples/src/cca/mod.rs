@@ -10,6 +10,7 @@
 //! | `cca server` | [`server`] | the HTTP API ([`api`]) and the standard controllers over one store; its replica record ([`replica`]) and leadership log ([`leadership`]) |
 //! | `cca agent` | [`agent`] | one node's agent over the API's store protocol (`ccattler_store::http::HttpStore`) |
 //! | `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create` | [`remote`] | clients of the API ([`client`], and the store crate's event-stream reader) |
+//! | `cca rollout status\|pause\|resume\|undo SERVICE` | [`rollout`] | a service's rollout through the API |
 //!
 //! The dev cluster itself is [`cluster::DevCluster`]; [`progress`] reads and draws the cluster's
 //! status from the store's facts; [`flags`] parses the values `dev` and `agent` share;
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod progress;
 pub mod remote;
 pub mod replica;
+pub mod rollout;
 pub mod route;
 pub mod server;
 pub mod shape;
@@ -131,6 +133,8 @@ pub enum Command {
     Token(remote::TokenArgs),
     /// What the controllers and agents did and why, for a service, an instance or everything.
     Events(events::EventsArgs),
+    /// A service's rollout: its status, or pause, resume, undo.
+    Rollout(rollout::RolloutArgs),
 }
 
 /// Why a command failed (beyond invalid input, which is reported as diagnostics).
@@ -249,6 +253,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Nodes(args) => remote::nodes(&args),
         Command::Token(args) => remote::token(&args),
         Command::Events(args) => events::run(&args),
+        Command::Rollout(args) => rollout::run(&args),
     }
 }
 

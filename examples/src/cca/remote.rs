@@ -1,4 +1,5 @@
-//! The client commands: `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create`.
+//! The client commands: `cca apply`, `get`, `query`, `watch`, `status`, `nodes`, `token create`
+//! (and `cca rollout`, in [`super::rollout`]).
 //!
 //! Each sends one request to `cca server` (see [`super::api`] for the routes) and prints the
 //! answer for a person, or as JSON with `--json` where offered. An error answer is printed with
@@ -339,6 +340,17 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
                     value_text(&s["name"]),
                     scaling.get("instances").and_then(Json::as_u64).unwrap_or(0),
                     scaling.get("reason").map(value_text).unwrap_or_default()
+                );
+            }
+            // A rollout is news while it is not complete.
+            if let Some(rollout) = s["rollout"].as_object()
+                && rollout.get("phase").and_then(Json::as_str) != Some("complete")
+            {
+                println!(
+                    "{}: rollout {}: {}",
+                    value_text(&s["name"]),
+                    rollout.get("phase").map(value_text).unwrap_or_default(),
+                    rollout.get("reason").map(value_text).unwrap_or_default()
                 );
             }
             for trouble in s["troubled"].as_array().into_iter().flatten() {

@@ -158,6 +158,15 @@ pub async fn status<S: FactStore + Clone>(
         }
     }
     let troubled = troubled_instances(&api.store).await?;
+    let mut rollouts = BTreeMap::new();
+    for fact in api.store.scan(schema::ROLLOUTS).await?.facts {
+        if let (Some(RecordKey::Rollout(name)), Ok(r)) = (
+            RecordKey::parse(&fact.key),
+            schema::decode::<schema::Rollout>(&fact),
+        ) {
+            rollouts.insert(name.to_owned(), super::rollout::summary(&r));
+        }
+    }
     let services: Vec<Json> = status
         .services
         .iter()
@@ -177,6 +186,7 @@ pub async fn status<S: FactStore + Clone>(
                     "instances": a.instances,
                     "reason": a.reason,
                 })),
+                "rollout": rollouts.get(&row.name).cloned(),
             })
         })
         .collect();

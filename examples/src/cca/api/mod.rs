@@ -13,8 +13,10 @@
 //! | `PUT /state/{key}`, `DELETE /state/{key}` | admin; a node for its own keys | writes the raw body as the value / deletes; `{key, revision}` |
 //! | `APPLY /config`, `POST /config?dry_run=true&prune=true` | admin | applies the `.cca` document in the body in one transaction; 400 with every diagnostic (`diagnostics`, and `rendered` as `cca check` prints them) and nothing applied on error |
 //! | `WATCH /changes`, `GET /changes?prefix=P` | any | server-sent events: `ready` first (`{revision}`), then `put`/`delete` with `id` = revision; resume with `Last-Event-ID: R` (from R + 1); an `error` event with `relist: true` when R was compacted |
-//! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons, the instances in trouble (`troubled`: failed, or pending with a reason such as a missing secret), and the autoscaler's recommendation (`autoscaler`: `{instances, reason}`, or null for a service without a target) |
+//! | `GET /api/status` | any | per service: desired, placed, present, running, ready, unplaced and the reasons, the instances in trouble (`troubled`: failed, or pending with a reason such as a missing secret), the autoscaler's recommendation (`autoscaler`: `{instances, reason}`, or null for a service without a target), and the rollout (`rollout`: `{phase, version, desired, reason}`, or null) |
 //! | `GET /api/nodes` | any | every node: status and whether its lease is held |
+//! | `GET /api/rollout/{svc}` | any | the service's rollout: `phase` (progressing, complete, paused, rolled back, failing), `reason`, `version` in force, `desired`, `stable`, `rolled_back_from`, `kept` versions, `failures`, and of the version in force `instances`, `updated`, `ready`, with `old` instances of others ([`rollout`]) |
+//! | `POST /api/rollout/{svc}` | admin | `{"action": "pause"\|"resume"\|"undo", "to_version": V}` → 202 `{request}`: the rollout controller acts on it once; 400 for an undo to a version not kept, 409 while the previous request waits |
 //! | `GET /api/events?object=X&limit=N` | any | the recorded events, oldest first: about instance X, or service X and its instances ([`events`]) |
 //! | `GET /metrics` | admin | every metric of the process in Prometheus' text format ([`metrics`]; the table: [`ccattler_core::telemetry`]) |
 //! | `POST /api/tokens` | admin | `{"ttl": "10m"}` → a one-time enrollment token |
@@ -34,6 +36,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod rollout;
 pub mod state;
 pub mod token_cache;
 pub mod ui;
@@ -120,6 +123,10 @@ pub fn router<S: FactStore + Clone>(store: S, config: ApiConfig) -> Router {
         )
         .route("/api/status", get(config::status::<S>))
         .route("/api/nodes", get(config::nodes::<S>))
+        .route(
+            "/api/rollout/{*service}",
+            get(rollout::get_rollout::<S>).post(rollout::post_rollout::<S>),
+        )
         .route("/api/events", get(events::get_events::<S>))
         .route("/api/tokens", post(auth::create_enrollment::<S>))
         .route("/metrics", get(metrics::get_metrics::<S>))
