@@ -255,7 +255,7 @@ fn wrong_expectations_fail_with_what_was_found() {
         ),
         (
             "step bogus",
-            "no controller `bogus`; the controllers are autoscaler, intent-resolver, instances",
+            "no controller `bogus`; the controllers are autoscaler, rollout, intent-resolver, instances",
         ),
     ];
     for (tail, wanted) in cases {
