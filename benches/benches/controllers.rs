@@ -3,7 +3,9 @@
 //! controller's pass that replaces its ten instances, and the scheduler controller's pass that
 //! places the replacements. Every service scales on `cpu = 60` and every node reports its
 //! telemetry; one node's use moves (within the tolerance); measured: the autoscaler's pass.
-//! Each is measured on both cluster sizes, named by the node count.
+//! One instance reports a restart; measured: the rollout controller's pass (every rollout is
+//! complete, so it only reads the service again). Each is measured on both cluster sizes,
+//! named by the node count.
 //!
 //! `cargo bench -p ccattler-benches --bench controllers`
 //!
@@ -15,7 +17,9 @@ use std::time::{Duration, SystemTime};
 
 use std::collections::BTreeMap;
 
-use ccattler_controllers::standard::{Autoscaler, InstanceController, SchedulerController};
+use ccattler_controllers::standard::{
+    Autoscaler, InstanceController, RolloutController, SchedulerController,
+};
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, HorizontalScale,
     InstanceObservation, InstanceUsage, Memory, NodeStatus, NodeTelemetry, ObservedState,
@@ -183,6 +187,22 @@ fn node_died(base: &FactView, dead: usize) -> FactView {
     view
 }
 
+/// `base` after the first instance node `node` reports was restarted once.
+fn restarted(base: &FactView, node: usize) -> FactView {
+    let mut view = base.clone();
+    let prefix = schema::keys::node_observations(&node_name(node)).expect("prefix");
+    let fact = view
+        .scan(&prefix)
+        .next()
+        .expect("the node runs instances")
+        .clone();
+    let mut observed: InstanceObservation = schema::decode(&fact).expect("an observation");
+    observed.restarts += 1;
+    let next = view.revision().next();
+    view.apply(vec![Change::put(fact.key, schema::encode(&observed))], next);
+    view
+}
+
 fn reconcile(controller: &dyn Controller, view: &FactView) -> Vec<Change> {
     let mut ids = SequentialIds::new("r");
     let mut ctx = ReconcileContext::new(SystemTime::UNIX_EPOCH, &mut ids);
@@ -290,5 +310,46 @@ fn one_node_use_moved(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, one_dead_node, one_node_use_moved);
+fn one_instance_restarted(c: &mut Criterion) {
+    let mut group = c.benchmark_group("controllers");
+    group.sample_size(30);
+    for nodes in SIZES {
+        let mut base = cluster(nodes);
+        let rollout = RolloutController::new();
+        // The first passes keep each service's spec and record its rollout, then complete it.
+        for _ in 0..3 {
+            let changes = reconcile(&rollout, &base);
+            let next = base.revision().next();
+            base.apply(changes, next);
+        }
+        assert!(
+            reconcile(&rollout, &base).is_empty(),
+            "every rollout complete"
+        );
+        let mut node = 0usize;
+        let id = BenchmarkId::new("rollout_one_instance_restarted", nodes);
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || {
+                    node = (node + 7) % nodes;
+                    restarted(&base, node)
+                },
+                |view| {
+                    let changes = reconcile(&rollout, &view);
+                    assert!(changes.is_empty(), "a complete rollout: {changes:?}");
+                    changes
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    one_dead_node,
+    one_node_use_moved,
+    one_instance_restarted
+);
 criterion_main!(benches);
