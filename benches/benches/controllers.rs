@@ -4,7 +4,8 @@
 //! places the replacements. Every service scales on `cpu = 60` and every node reports its
 //! telemetry; one node's use moves (within the tolerance); measured: the autoscaler's pass.
 //! One instance reports a restart; measured: the rollout controller's pass (every rollout is
-//! complete, so it only reads the service again). Each is measured on both cluster sizes,
+//! complete, so it only reads the service again), and the init controller's (every service has
+//! an init step, every instance is through it). Each is measured on both cluster sizes,
 //! named by the node count.
 //!
 //! `cargo bench -p ccattler-benches --bench controllers`
@@ -18,11 +19,11 @@ use std::time::{Duration, SystemTime};
 use std::collections::BTreeMap;
 
 use ccattler_controllers::standard::{
-    Autoscaler, InstanceController, RolloutController, SchedulerController,
+    Autoscaler, InitController, InstanceController, RolloutController, SchedulerController,
 };
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, HorizontalScale,
-    InstanceObservation, InstanceUsage, Memory, NodeStatus, NodeTelemetry, ObservedState,
+    InitStep, InstanceObservation, InstanceUsage, Memory, NodeStatus, NodeTelemetry, ObservedState,
     Resources, ScaleTarget, ServiceSpec,
 };
 use ccattler_core::{
@@ -89,6 +90,7 @@ fn cluster(nodes: usize) -> FactView {
                 scale_up_stabilization: Duration::ZERO,
                 scale_down_stabilization: Duration::from_secs(300),
             }),
+            init: vec![InitStep::new("./migrate --all")],
             ..ServiceSpec::default()
         };
         let version = spec.version();
@@ -346,10 +348,47 @@ fn one_instance_restarted(c: &mut Criterion) {
     group.finish();
 }
 
+fn init_one_instance_restarted(c: &mut Criterion) {
+    let mut group = c.benchmark_group("controllers");
+    group.sample_size(30);
+    for nodes in SIZES {
+        let mut base = cluster(nodes);
+        let init = InitController::new();
+        // The first pass writes each service's init record.
+        let first = reconcile(&init, &base);
+        assert_eq!(
+            first.len(),
+            nodes * PER_NODE / PER_SERVICE,
+            "one record a service"
+        );
+        let next = base.revision().next();
+        base.apply(first, next);
+        assert!(reconcile(&init, &base).is_empty(), "the records hold");
+        let mut node = 0usize;
+        let id = BenchmarkId::new("init_one_instance_restarted", nodes);
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || {
+                    node = (node + 7) % nodes;
+                    restarted(&base, node)
+                },
+                |view| {
+                    let changes = reconcile(&init, &view);
+                    assert!(changes.is_empty(), "init done: {changes:?}");
+                    changes
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     one_dead_node,
     one_node_use_moved,
-    one_instance_restarted
+    one_instance_restarted,
+    init_one_instance_restarted
 );
 criterion_main!(benches);

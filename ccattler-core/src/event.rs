@@ -69,6 +69,9 @@ pub mod reasons {
     /// An instance was started again after it ended (restart policy, liveness, a changed
     /// secret).
     pub const RESTARTED: &str = "Restarted";
+    /// An instance's init step failed (the message gives the step, how it failed and when it is
+    /// tried again).
+    pub const INIT_FAILED: &str = "InitFailed";
     /// An instance stopped.
     pub const STOPPED: &str = "Stopped";
     /// An instance waits for something before it can start (a spec, a secret); the message

@@ -393,19 +393,29 @@ async fn init_steps_run_in_order_before_the_main_process() {
         .expect("written by the init steps");
     assert_eq!(order, "one\ntwo\n");
 
+    // A failing step is tried again in place, with what it printed in the report; the
+    // instance is starting, never failed (which would have it replaced).
     let mut broken = service("broken", &["sleep", "1000"]);
-    broken.init = vec![schema::InitStep::new("exit 7")];
+    broken.init = vec![schema::InitStep::new(
+        "echo migrating; echo 'cannot reach the database' >&2; exit 7",
+    )];
     node.place("broken", &broken, DesiredState::Running).await;
     let seen = node
-        .wait_for("broken", "failed by its init step", |o| {
-            o.state == ObservedState::Failed
+        .wait_for("broken", "failed twice in its init step", |o| {
+            o.init_failures >= 2 && o.init_output.is_some()
         })
         .await;
+    assert_eq!(seen.state, ObservedState::Starting, "{seen:?}");
     assert!(
         seen.reason
             .as_deref()
-            .is_some_and(|r| r.contains("init step 0")),
+            .is_some_and(|r| r.starts_with("init step 1 of 1 exited with 7")),
         "{seen:?}"
+    );
+    let output = seen.init_output.as_deref().unwrap_or_default();
+    assert!(
+        output.contains("migrating") && output.contains("cannot reach the database"),
+        "{output}"
     );
     assert!(
         node.runtime().pid("broken").is_none(),

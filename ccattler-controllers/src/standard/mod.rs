@@ -19,6 +19,7 @@
 //! | [`EndpointController`] | services, instances, placements, observations, node leases | `endpoint/service/` |
 //! | [`NetworkController`] | network policy, placements, nodes | `network/node/` |
 //! | [`StatusController`] | services, effective, instances, placements, observations, node leases | `status/service/` |
+//! | [`InitController`] | services, effective, instances, placements, observations, node leases | `status/init/` |
 //!
 //! [`all`] returns one of each, ready to register with a runner.
 //!
@@ -35,6 +36,7 @@ mod cluster;
 mod endpoints;
 mod events;
 mod host_ports;
+mod init;
 mod instances;
 mod intent;
 mod network;
@@ -52,6 +54,7 @@ pub use autoscaler::Autoscaler;
 pub use cache::{ClusterCache, PlanCache};
 pub use cluster::{Cluster, Instance, Standing, Usage};
 pub use endpoints::EndpointController;
+pub use init::InitController;
 pub use instances::InstanceController;
 pub use intent::IntentResolver;
 pub use network::NetworkController;
@@ -66,15 +69,15 @@ use std::sync::Arc;
 
 use ccattler_core::Controller;
 
-/// One of each standard controller. The autoscaler and the rollout, instance, endpoint and
-/// status controllers share one [`SharedCluster`], so the records they all read are decoded
+/// One of each standard controller. The autoscaler and the rollout, instance, endpoint, status
+/// and init controllers share one [`SharedCluster`], so the records they all read are decoded
 /// and indexed once.
 pub fn all() -> Vec<Arc<dyn Controller>> {
     all_sharing(Arc::new(SharedCluster::new()))
 }
 
-/// One of each standard controller, the autoscaler and the rollout, instance, endpoint and
-/// status controllers sharing
+/// One of each standard controller, the autoscaler and the rollout, instance, endpoint,
+/// status and init controllers sharing
 /// `shared`: with the controllers of an earlier call, for instance when one of them is made
 /// again after it stopped. Any number of controllers may share one; each reads its own view.
 pub fn all_sharing(shared: Arc<SharedCluster>) -> Vec<Arc<dyn Controller>> {
@@ -86,6 +89,7 @@ pub fn all_sharing(shared: Arc<SharedCluster>) -> Vec<Arc<dyn Controller>> {
         Arc::new(SchedulerController::new()),
         Arc::new(EndpointController::sharing(Arc::clone(&shared))),
         Arc::new(NetworkController::new()),
-        Arc::new(StatusController::sharing(shared)),
+        Arc::new(StatusController::sharing(Arc::clone(&shared))),
+        Arc::new(InitController::sharing(shared)),
     ]
 }

@@ -234,9 +234,11 @@ fn seen(cluster: &Cluster, service: &str, spec: &ServiceSpec, version: &str) -> 
             continue;
         }
         if let Some(report) = instance.report() {
+            // Restarts, failed init attempts, and one more for an instance reported failed.
             let failed = u32::from(report.state == ObservedState::Failed);
-            if report.restarts + failed > 0 {
-                failures.insert(instance.id.clone(), report.restarts + failed);
+            let count = report.restarts + report.init_failures + failed;
+            if count > 0 {
+                failures.insert(instance.id.clone(), count);
             }
         }
         if instance.desired.state != DesiredState::Running {

@@ -269,8 +269,18 @@ pub struct InstanceObservation {
     pub ready: bool,
     /// The image it runs.
     pub image: String,
-    /// Init steps completed.
+    /// Init steps completed (all of them once its main process started).
     pub init_done: u32,
+    /// Init steps of its version; 0 when it has none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub init_steps: u32,
+    /// Failed attempts of the init step now due (step `init_done`, from 0) since the step before
+    /// it passed; the agent tries it again on its restart schedule.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub init_failures: u32,
+    /// The last lines the last failed attempt of an init step printed (at most 1 KiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_output: Option<String>,
     /// How often the agent restarted it.
     pub restarts: u32,
     /// Exit code of the last run, if it ended.
@@ -343,4 +353,8 @@ pub struct ServiceStatus {
     /// Whether the service is being deleted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleting: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

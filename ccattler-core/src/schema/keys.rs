@@ -110,6 +110,10 @@ pub fn endpoints(service: &str) -> Result<Key, KeyError> {
 pub fn service_status(service: &str) -> Result<Key, KeyError> {
     Key::join(SERVICE_STATUSES, [service])
 }
+/// `status/init/{svc}`.
+pub fn init_status(service: &str) -> Result<Key, KeyError> {
+    Key::join(INIT_STATUSES, [service])
+}
 /// `status/unschedulable/{id}`.
 pub fn unschedulable(id: &str) -> Result<Key, KeyError> {
     Key::join(UNSCHEDULABLE, [segment(id)?])
@@ -219,6 +223,8 @@ pub enum RecordKey<'k> {
     Endpoints(&'k str),
     /// `status/service/{svc}`.
     ServiceStatus(&'k str),
+    /// `status/init/{svc}`.
+    InitStatus(&'k str),
     /// `status/unschedulable/{id}`.
     Unschedulable(&'k str),
     /// `status/placed/{id}`.
@@ -300,6 +306,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::Endpoints(n)
         } else if let Some(n) = name(SERVICE_STATUSES) {
             RecordKey::ServiceStatus(n)
+        } else if let Some(n) = name(INIT_STATUSES) {
+            RecordKey::InitStatus(n)
         } else if key.starts_with(UNSCHEDULABLE) {
             RecordKey::Unschedulable(one(UNSCHEDULABLE)?)
         } else if key.starts_with(PLACED) {
@@ -351,6 +359,7 @@ impl<'k> RecordKey<'k> {
             RecordKey::Metric { metric: m, service } => metric(m, service),
             RecordKey::Endpoints(n) => endpoints(n),
             RecordKey::ServiceStatus(n) => service_status(n),
+            RecordKey::InitStatus(n) => init_status(n),
             RecordKey::Unschedulable(id) => unschedulable(id),
             RecordKey::Placed(id) => placed(id),
             RecordKey::Rebalance(n) => rebalance(n),
@@ -490,6 +499,7 @@ mod tests {
             },
             RecordKey::Endpoints("team/web"),
             RecordKey::ServiceStatus("web"),
+            RecordKey::InitStatus("team/web"),
             RecordKey::Unschedulable("web-1"),
             RecordKey::Placed("web-1"),
             RecordKey::Rebalance("web"),

@@ -28,6 +28,7 @@
 //! | `observed/network/{node}` | [`NetworkReport`] | that node's agent (its firewall) |
 //! | `telemetry/node/{node}` | [`NodeTelemetry`], attached to the node's store lease | that node's agent |
 //! | `status/service/{svc}` | [`ServiceStatus`] | status controller |
+//! | `status/init/{svc}` | [`InitStatus`] | init controller |
 //! | `status/unschedulable/{id}` | [`Unschedulable`] | scheduler |
 //! | `status/placed/{id}` | the node the instance is placed on (a JSON string), beside its placement: one key guards where an instance goes, so a scheduler that missed a placement cannot add a second | scheduler |
 //! | `status/rebalance/{svc}` | [`RebalanceMove`] | scheduler |
@@ -46,6 +47,7 @@
 
 mod cluster;
 mod duration;
+mod init;
 mod network;
 mod quantity;
 mod rollout;
@@ -59,6 +61,7 @@ pub use cluster::{
     RebalanceMove, ScaleIntent, ServiceStatus, Unschedulable,
 };
 pub use duration::{deserialize_duration, format_duration, parse_duration, serialize_duration};
+pub use init::{INIT_LISTED, InitPhase, InitStatus, InstanceInit};
 pub use network::{NetworkPolicy, NetworkReport, NetworkRule, NodeRules, PortGuard, RuleAction};
 pub use quantity::{Cpu, Memory};
 pub use rollout::{Rollout, RolloutAction, RolloutPhase, RolloutRequest};
@@ -117,6 +120,8 @@ pub const TELEMETRY: &str = "telemetry/node/";
 pub const SERVICE_ENDPOINTS: &str = "endpoint/service/";
 /// Prefix of [`ServiceStatus`]es.
 pub const SERVICE_STATUSES: &str = "status/service/";
+/// Prefix of [`InitStatus`]es (`status/init/{svc}`).
+pub const INIT_STATUSES: &str = "status/init/";
 /// Prefix of [`Unschedulable`] reasons.
 pub const UNSCHEDULABLE: &str = "status/unschedulable/";
 /// Prefix of the scheduler's one record per placed instance (`status/placed/{id}`, the node's

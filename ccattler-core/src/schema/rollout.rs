@@ -38,8 +38,8 @@ pub struct Rollout {
     /// from here); `None` while some are not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready_since: Option<u64>,
-    /// Failures seen of the version's instances in this rollout, by instance id: restarts, and
-    /// one more for an instance reported failed. Kept by id so that a failed instance that is
+    /// Failures seen of the version's instances in this rollout, by instance id: restarts,
+    /// failed init attempts, and one more for an instance reported failed. Kept by id so that a failed instance that is
     /// replaced (and forgotten) still counts.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub failures: BTreeMap<String, u32>,

@@ -346,7 +346,9 @@ pub struct InitStep {
         deserialize_with = "deserialize_duration"
     )]
     pub timeout: Duration,
-    /// Attempts after the first failure. Default 0.
+    /// Attempts made at once after a failure, before the agent backs off on its restart
+    /// schedule (under restart `never`, before the instance gives up and stays failed).
+    /// Default 0.
     #[serde(default)]
     pub retry: u32,
 }

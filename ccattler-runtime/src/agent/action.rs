@@ -143,6 +143,14 @@ pub enum Action {
         /// The instance (or init step) id.
         id: String,
     },
+    /// Read the last `lines` lines an ended init step printed, before it is removed. Report
+    /// with [`read_output`](super::AgentLoop::read_output).
+    ReadOutput {
+        /// The init step's id.
+        id: String,
+        /// How many lines, at most.
+        lines: usize,
+    },
     /// Run one probe of one instance. Report with [`probed`](super::AgentLoop::probed).
     Probe {
         /// The instance.
@@ -194,6 +202,7 @@ impl Action {
             | Action::EnsureStopped { .. }
             | Action::UpdateFiles { .. }
             | Action::Remove { .. }
+            | Action::ReadOutput { .. }
             | Action::Probe { .. } => Lane::Runtime,
             Action::SaveCache { .. }
             | Action::Disconnected { .. }
@@ -243,6 +252,7 @@ impl fmt::Display for Action {
                 write!(f, "update_files {id} ({} files)", files.len())
             }
             Action::Remove { id } => write!(f, "remove {id}"),
+            Action::ReadOutput { id, lines } => write!(f, "read_output {id} ({lines} lines)"),
             Action::Probe { id, kind, .. } => write!(f, "probe {} {id}", kind.name()),
             Action::SaveCache { desired } => {
                 write!(f, "save cache ({} placements)", desired.placements.len())

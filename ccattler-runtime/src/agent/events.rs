@@ -4,6 +4,7 @@
 //! | change of the report | event |
 //! |---|---|
 //! | restarts went up | `Restarted` (with the count) |
+//! | init failures went up | `InitFailed` (the step, how, and when it is tried again) |
 //! | became running | `Started` |
 //! | became ready / stopped being ready | `Ready` / `NotReady` (with the readiness reason) |
 //! | became failed | `Failed` (with the exit code or the reason) |
@@ -39,6 +40,13 @@ pub(super) fn transitions(
             reasons::STARTED,
             format!("started on {}", after.node),
         ));
+    }
+    if after.init_failures > before.map_or(0, |b| b.init_failures) {
+        let why = after
+            .reason
+            .clone()
+            .unwrap_or_else(|| "init step failed".into());
+        events.push(event(reasons::INIT_FAILED, why));
     }
     let ready_before = before.is_some_and(|b| b.ready);
     if after.ready && !ready_before {

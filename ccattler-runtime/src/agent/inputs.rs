@@ -393,7 +393,21 @@ impl AgentLoop {
                 let track = self.tracks.entry(id).or_default();
                 track.started_now(now, spec.as_ref());
             }
-            (RuntimeOp::Start(id) | RuntimeOp::StartInit(id, _), Err(err)) => {
+            (RuntimeOp::StartInit(id, step), Err(err)) => {
+                let spec = self.desired.spec_of(&id).cloned();
+                let track = self.tracks.entry(id.clone()).or_default();
+                match spec {
+                    Some(spec) => {
+                        let how = format!("could not start: {err}");
+                        track.init_failed(now, &spec, step, &how, delays);
+                    }
+                    None => track.fail(now, err.to_string(), delays),
+                }
+                self.outbox.push_back(Action::RuntimeFailed {
+                    reason: format!("starting init step {} of {id} failed: {err}", step + 1),
+                });
+            }
+            (RuntimeOp::Start(id), Err(err)) => {
                 let reason = err.to_string();
                 self.tracks
                     .entry(id.clone())
@@ -436,6 +450,29 @@ impl AgentLoop {
         self.report_observe.get_or_insert(due);
     }
 
+    /// The result of [`Action::ReadOutput`] of init step `id`: kept (at most 1 KiB, whole
+    /// lines) as the output of its instance's init failure. A runtime that cannot tell says so
+    /// in its place.
+    pub fn read_output(&mut self, id: &str, result: Result<String, RuntimeError>) {
+        let Some(op) = self.work.finish(id) else {
+            return;
+        };
+        let owner = op.instance().to_owned();
+        self.report_scope.mark(&owner);
+        self.report_wanted = true;
+        let output = match result {
+            Ok(text) => output_tail(&text),
+            Err(err) => format!("(its output could not be read: {err})"),
+        };
+        if let Some(failure) = self
+            .tracks
+            .get_mut(&owner)
+            .and_then(|t| t.init_failure.as_mut())
+        {
+            failure.output = Some(output);
+        }
+    }
+
     /// The result of [`Action::Probe`] of instance `id`.
     pub fn probed(&mut self, id: &str, result: Result<(), String>) {
         let Some(op) = self.work.finish(id) else {
@@ -453,6 +490,24 @@ impl AgentLoop {
         }
     }
 }
+
+/// The end of `text`: its last whole lines within [`OUTPUT_LIMIT`] bytes, trimmed.
+fn output_tail(text: &str) -> String {
+    let text = text.trim_end();
+    let mut start = text.len().saturating_sub(OUTPUT_LIMIT);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let tail = &text[start..];
+    let tail = match tail.find('\n') {
+        Some(line) if start > 0 => &tail[line + 1..],
+        _ => tail,
+    };
+    tail.to_owned()
+}
+
+/// Most bytes of an init step's output an observation carries.
+const OUTPUT_LIMIT: usize = 1024;
 
 /// Makes `observed` hold exactly `samples`, by id, changing it in place, but for the ids
 /// `acted_on` names, whose held sample stays (the agent acted on them after the samples were

@@ -75,6 +75,8 @@ pub(super) enum StoreOp {
 pub(super) enum RuntimeOp {
     Start(String),
     StartInit(String, usize),
+    /// Reading the output of an instance's ended init step.
+    ReadOutput(String, usize),
     Stop(String),
     UpdateFiles(String),
     Remove(String),
@@ -87,6 +89,7 @@ impl RuntimeOp {
         match self {
             RuntimeOp::Start(id)
             | RuntimeOp::StartInit(id, _)
+            | RuntimeOp::ReadOutput(id, _)
             | RuntimeOp::Stop(id)
             | RuntimeOp::UpdateFiles(id)
             | RuntimeOp::Remove(id)
@@ -98,7 +101,9 @@ impl RuntimeOp {
     /// outcome names.
     pub(super) fn runtime_id(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            RuntimeOp::StartInit(id, step) => super::spec::init_id(id, *step).into(),
+            RuntimeOp::StartInit(id, step) | RuntimeOp::ReadOutput(id, step) => {
+                super::spec::init_id(id, *step).into()
+            }
             RuntimeOp::Start(id)
             | RuntimeOp::Stop(id)
             | RuntimeOp::UpdateFiles(id)
@@ -118,7 +123,7 @@ impl RuntimeOp {
 /// [`fetched_specs`](Self::fetched_specs), [`fetched_secrets`](Self::fetched_secrets),
 /// [`renewed`](Self::renewed), [`reported`](Self::reported),
 /// [`telemetry_written`](Self::telemetry_written), [`observed`](Self::observed),
-/// [`done`](Self::done) and [`probed`](Self::probed). Outputs: [`next_action`](Self::next_action)
+/// [`done`](Self::done), [`read_output`](Self::read_output) and [`probed`](Self::probed). Outputs: [`next_action`](Self::next_action)
 /// until `None`, then wait for a result, a watch event or [`deadline`](Self::deadline).
 ///
 /// The driver performs every action as soon as the loop hands it out, concurrently with those

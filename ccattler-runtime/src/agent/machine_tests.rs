@@ -514,7 +514,7 @@ fn ended_instances_restart_as_their_policy_says() {
 }
 
 #[test]
-fn init_steps_run_in_order_before_the_main_process_and_a_failing_one_is_reported() {
+fn init_steps_run_in_order_before_the_main_process_and_a_failing_one_backs_off_in_place() {
     let mut step = Step::new();
     let mut spec = service("prepared", &[]);
     spec.init = vec![
@@ -532,19 +532,77 @@ fn init_steps_run_in_order_before_the_main_process_and_a_failing_one_is_reported
     let seen = step.observation("p").expect("reported");
     assert_eq!((seen.state, seen.init_done), (ObservedState::Running, 2));
 
+    // A failing step: the instance is starting, not failed (a failed one is replaced), with the
+    // step's reason and output, and the step is tried again on the restart schedule (0.1 s,
+    // 0.5 s, 1 s, 2 s, 5 s, 30 s), never the main process.
     let mut broken = service("broken", &[]);
     broken.init = vec![schema::InitStep::new("exit 7")];
     step.place("b", &broken, DesiredState::Running);
     step.advance(Duration::from_secs(1));
     let seen = step.observation("b").expect("reported");
-    assert_eq!(seen.state, ObservedState::Failed);
+    assert_eq!(seen.state, ObservedState::Starting, "{seen:?}");
+    assert_eq!((seen.init_done, seen.init_steps), (0, 1));
+    assert!(seen.init_failures >= 1, "{seen:?}");
+    let reason = seen.reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.starts_with("init step 1 of 1 exited with 7; next attempt in"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.init_output.as_deref(), Some("exit 7: exit status 7"));
+    step.advance(Duration::from_secs(60));
+    let attempts = step
+        .log
+        .iter()
+        .filter(|(_, a)| *a == "ensure_running b.init0")
+        .count();
+    assert!((5..=8).contains(&attempts), "{attempts} attempts in 61 s");
+    let seen = step.observation("b").expect("reported");
+    assert_eq!(seen.state, ObservedState::Starting);
+    assert_eq!(seen.init_failures as usize, attempts, "{seen:?}");
+    assert_eq!(step.state("b"), None, "the main process never started");
+
+    // Under restart `never`, after its retries the instance gives up and is failed.
+    let mut once = service("once", &[]);
+    once.restart = schema::RestartPolicy::Never;
+    once.init = vec![schema::InitStep {
+        retry: 1,
+        ..schema::InitStep::new("exit 3")
+    }];
+    step.place("o", &once, DesiredState::Running);
+    step.advance(Duration::from_secs(10));
+    let seen = step.observation("o").expect("reported");
+    assert_eq!(
+        (seen.state, seen.init_failures),
+        (ObservedState::Failed, 2),
+        "{seen:?}"
+    );
     assert!(
         seen.reason
             .as_deref()
-            .is_some_and(|r| r.contains("init step 0")),
+            .is_some_and(|r| r.ends_with("restart never: not tried again")),
         "{seen:?}"
     );
-    assert_eq!(step.state("b"), None, "the main process never started");
+}
+
+/// An agent that restarts finds a main process running: its init steps passed before, and it
+/// reports them so, without running them again.
+#[test]
+fn an_adopted_instance_reports_its_init_done() {
+    let mut step = Step::new();
+    let mut spec = service("prepared", &[]);
+    spec.init = vec![schema::InitStep::new("exit 0")];
+    step.place("p", &spec, DesiredState::Running);
+    step.advance(Duration::from_secs(1));
+    let mut step = step.restart();
+    step.advance(Duration::from_secs(2));
+    let seen = step.observation("p").expect("reported");
+    assert_eq!((seen.state, seen.init_done), (ObservedState::Running, 1));
+    let steps = step
+        .log
+        .iter()
+        .filter(|(_, a)| *a == "ensure_running p.init0")
+        .count();
+    assert_eq!(steps, 0, "the restarted agent did not run the step again");
 }
 
 /// Service names may hold `.init` (`shop.initial`, `team/initdb`, whose ids have `.` for

@@ -48,6 +48,13 @@ pub enum Outcome {
         /// What the runtime answered.
         result: Result<(), RuntimeError>,
     },
+    /// Of [`Action::ReadOutput`] of init step `id`.
+    ReadOutput {
+        /// The init step.
+        id: String,
+        /// The lines, or why they could not be read.
+        result: Result<String, RuntimeError>,
+    },
     /// Of [`Action::Probe`] of instance `id`.
     Probed {
         /// The instance probed.
@@ -70,6 +77,7 @@ impl Outcome {
             Outcome::TelemetryWritten(r) => machine.telemetry_written(r),
             Outcome::Observed(r) => machine.observed(r),
             Outcome::Done { id, result } => machine.done(&id, result),
+            Outcome::ReadOutput { id, result } => machine.read_output(&id, result),
             Outcome::Probed { id, result } => machine.probed(&id, result),
         }
     }
@@ -82,7 +90,9 @@ impl Outcome {
             Outcome::Renewed { result: Err(e), .. }
             | Outcome::Reported(Err(e))
             | Outcome::TelemetryWritten(Err(e)) => Some(e.to_string()),
-            Outcome::Observed(Err(e)) | Outcome::Done { result: Err(e), .. } => Some(e.to_string()),
+            Outcome::Observed(Err(e))
+            | Outcome::Done { result: Err(e), .. }
+            | Outcome::ReadOutput { result: Err(e), .. } => Some(e.to_string()),
             Outcome::Probed { result: Err(e), .. } => Some(e.clone()),
             _ => None,
         }
@@ -239,6 +249,10 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
         Action::Remove { id } => {
             let result = runtime.remove(&id).await;
             Outcome::Done { id, result }
+        }
+        Action::ReadOutput { id, lines } => {
+            let result = runtime.logs(&id, lines).await;
+            Outcome::ReadOutput { id, result }
         }
         Action::Probe {
             id, probe, address, ..

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ccattler_core::runner::Backoff;
-use ccattler_core::schema::{DesiredState, ServiceSpec};
+use ccattler_core::schema::{DesiredState, ServiceSpec, format_duration};
 use ccattler_core::{InstanceState, ObservedInstance};
 
 use super::action::{Action, StopReason};
@@ -19,8 +19,8 @@ use super::work::Observing;
 /// reported but not worth an event.
 pub(super) const SPEC_WAIT: &str = "waiting for the spec";
 
-/// How long a failed init step waits before its next attempt once its retries are spent.
-const INIT_RETRY_PAUSE: Duration = Duration::from_secs(30);
+/// How many of its last lines a failed init step's output is reported with.
+const INIT_OUTPUT_LINES: usize = 10;
 
 /// What the agent tracks about one placed instance between passes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,10 +47,27 @@ pub(super) struct Track {
     pub condemned: Option<Duration>,
     /// A secret it uses changed: what the next pass does about it, if it runs.
     pub renew: Option<Renew>,
+    /// The init step now due failed since the step before it passed: reported as the instance's
+    /// init failure, not as a failed instance (which would be replaced), while the step is
+    /// tried again on the restart schedule.
+    pub init_failure: Option<InitFailure>,
+    /// The running init step was stopped for running past its timeout.
+    pub init_timed_out: bool,
     /// Placed anew over an earlier incarnation of its id (a stateful identity created again):
     /// whatever the runtime holds of the id is that earlier instance, removed (stopped first,
     /// should it run) before this one starts, and never reported as this one.
     pub anew: bool,
+}
+
+/// How the init step now due last failed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct InitFailure {
+    /// Failed attempts of the step.
+    pub failures: u32,
+    /// Why the last one failed, for people.
+    pub reason: String,
+    /// The last lines it printed, once read.
+    pub output: Option<String>,
 }
 
 /// How a running instance takes a changed secret.
@@ -70,6 +87,45 @@ impl Track {
         self.retry_at = Some(now.saturating_add(Backoff::nth(delays, self.attempts)));
     }
 
+    /// Init step `step` of `spec` failed (`how`): tried again at once while its `retry` count
+    /// lasts, then on the restart schedule `delays`, but never again under restart `never`,
+    /// where the instance has failed for good.
+    pub(super) fn init_failed(
+        &mut self,
+        now: Duration,
+        spec: &ServiceSpec,
+        step: usize,
+        how: &str,
+        delays: &[Duration],
+    ) {
+        let failures = self.init_failure.as_ref().map_or(0, |f| f.failures) + 1;
+        let retry = spec.init.get(step).map_or(0, |s| s.retry);
+        let mut reason = format!("init step {} of {} {how}", step + 1, spec.init.len());
+        self.retry_at = None;
+        if failures > retry && !spec.restart.replaces_failed() {
+            reason.push_str("; restart never: not tried again");
+            self.failure = Some(reason.clone());
+        } else if failures > retry {
+            let wait = Backoff::nth(delays, failures - retry);
+            self.retry_at = Some(now.saturating_add(wait));
+            reason.push_str(&format!("; next attempt in {}", format_duration(wait)));
+        }
+        self.init_failure = Some(InitFailure {
+            failures,
+            reason,
+            output: None,
+        });
+    }
+
+    /// Init step `init_done` passed: the next one starts afresh.
+    fn init_passed(&mut self) {
+        self.init_done += 1;
+        self.init_failure = None;
+        self.init_timed_out = false;
+        self.retry_at = None;
+        self.started = None;
+    }
+
     /// Whether it started here and no stop of it has succeeded since: the runtime showing
     /// nothing of it does not prove it stopped.
     pub(super) fn unconfirmed_stop(&self) -> bool {
@@ -81,6 +137,7 @@ impl Track {
     pub(super) fn started_now(&mut self, now: Duration, spec: Option<&ServiceSpec>) {
         self.attempts = 0;
         self.failure = None;
+        self.init_failure = None;
         self.retry_at = None;
         self.started = Some(now);
         self.stopped = false;
@@ -250,6 +307,9 @@ impl AgentLoop {
             // Init steps run once, in order, before the first start.
             let step = track.init_done as usize;
             if seen.is_none() && step < spec.init.len() {
+                if track.failure.is_some() {
+                    continue; // gave up on a failing step (restart never)
+                }
                 let step_id = init_id(id, step);
                 match self.observed.get(&step_id).map(|s| &s.instance.state) {
                     None => {
@@ -269,23 +329,44 @@ impl AgentLoop {
                         );
                     }
                     Some(InstanceState::Exited { code: 0 }) => {
-                        track.init_done += 1;
-                        track.started = None;
+                        track.init_passed();
                         self.work.push(id, remove(&step_id));
                     }
                     Some(state) if state.has_ended() => {
+                        let how = if std::mem::take(&mut track.init_timed_out) {
+                            format!(
+                                "timed out after {}",
+                                format_duration(spec.init[step].timeout)
+                            )
+                        } else {
+                            match state {
+                                InstanceState::Exited { code } => format!("exited with {code}"),
+                                InstanceState::Failed { reason } => format!("failed: {reason}"),
+                                _ => "was stopped".to_owned(),
+                            }
+                        };
+                        track.started = None;
+                        track.init_failed(now, spec, step, &how, &delays);
+                        self.work.push(
+                            id,
+                            (
+                                Action::ReadOutput {
+                                    id: step_id.clone(),
+                                    lines: INIT_OUTPUT_LINES,
+                                },
+                                RuntimeOp::ReadOutput(id.to_owned(), step),
+                            ),
+                        );
                         self.work.push(id, remove(&step_id));
-                        track.fail(now, format!("init step {step} ended: {state:?}"), &delays);
-                        if track.attempts > spec.init[step].retry {
-                            track.retry_at = Some(now.saturating_add(INIT_RETRY_PAUSE));
-                        }
                     }
                     Some(_) => {
                         let step_started = *track.started.get_or_insert(now);
-                        if now.saturating_sub(step_started) > spec.init[step].timeout {
+                        if !track.init_timed_out
+                            && now.saturating_sub(step_started) > spec.init[step].timeout
+                        {
+                            track.init_timed_out = true;
                             self.work
                                 .push(id, stop(&step_id, Duration::ZERO, StopReason::InitTimeout));
-                            track.fail(now, format!("init step {step} timed out"), &delays);
                         }
                     }
                 }

@@ -88,11 +88,22 @@ impl AgentLoop {
             .filter(|_| !track.is_some_and(|t| t.anew));
         let seen = sample.map(|s| &s.instance);
         let spec = self.desired.spec_of(id);
+        let init_steps = spec.map_or(0, |s| u32::try_from(s.init.len()).unwrap_or(u32::MAX));
+        let init_failure = track.and_then(|t| t.init_failure.as_ref());
         let mut report = Draft {
             node: &self.config.node,
             service: &assignment.service,
             image: spec.map_or("", |s| s.image.as_str()),
-            init_done: track.map_or(0, |t| t.init_done),
+            // Its main process starts only once every step passed (and an agent that restarted
+            // adopts it without having seen them).
+            init_done: if seen.is_some() {
+                init_steps
+            } else {
+                track.map_or(0, |t| t.init_done)
+            },
+            init_steps,
+            init_failures: init_failure.map_or(0, |f| f.failures),
+            init_output: init_failure.and_then(|f| f.output.as_deref()),
             restarts: seen.map_or(0, |o| o.restarts),
             address: seen.and_then(|o| o.address.as_deref()),
             lease: Some(lease.0),
@@ -126,7 +137,9 @@ impl AgentLoop {
             None => {
                 report.state = if track.and_then(|t| t.failure.as_ref()).is_some() {
                     ObservedState::Failed
-                } else if track.is_some_and(|t| t.init_done > 0 || t.started.is_some()) {
+                } else if track.is_some_and(|t| {
+                    t.init_done > 0 || t.started.is_some() || t.init_failure.is_some()
+                }) {
                     ObservedState::Starting
                 } else {
                     ObservedState::Pending
@@ -155,7 +168,10 @@ impl AgentLoop {
         }
         if report.reason.is_none() {
             report.reason = track
-                .and_then(|t| t.failure.as_deref().or(t.waiting.as_deref()))
+                .and_then(|t| {
+                    let init = t.init_failure.as_ref().map(|f| f.reason.as_str());
+                    t.failure.as_deref().or(init).or(t.waiting.as_deref())
+                })
                 .map(Cow::Borrowed);
         }
         if report.state == ObservedState::Running {
@@ -198,6 +214,9 @@ struct Draft<'a> {
     ready: bool,
     image: &'a str,
     init_done: u32,
+    init_steps: u32,
+    init_failures: u32,
+    init_output: Option<&'a str>,
     restarts: u32,
     exit_code: Option<i32>,
     reason: Option<Cow<'a, str>>,
@@ -217,6 +236,9 @@ impl Draft<'_> {
             ready,
             image,
             init_done,
+            init_steps,
+            init_failures,
+            init_output,
             restarts,
             exit_code,
             reason,
@@ -231,6 +253,9 @@ impl Draft<'_> {
             && self.ready == *ready
             && self.image == image
             && self.init_done == *init_done
+            && self.init_steps == *init_steps
+            && self.init_failures == *init_failures
+            && self.init_output == init_output.as_deref()
             && self.restarts == *restarts
             && self.exit_code == *exit_code
             && self.reason.as_deref() == reason.as_deref()
@@ -249,6 +274,9 @@ impl Draft<'_> {
             ready: self.ready,
             image: self.image.to_owned(),
             init_done: self.init_done,
+            init_steps: self.init_steps,
+            init_failures: self.init_failures,
+            init_output: self.init_output.map(str::to_owned),
             restarts: self.restarts,
             exit_code: self.exit_code,
             reason: self.reason.map(Cow::into_owned),

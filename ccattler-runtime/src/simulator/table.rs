@@ -33,13 +33,19 @@ impl SimInstance {
     }
 
     /// What the instance does once it is past starting: ends if its program says so (or it is
-    /// an init step that ends, see [`init_step_exit`]), else runs.
+    /// an init step that ends, see [`init_step_exit`]), else runs. An init step that fails
+    /// prints its command line and its code, as the output a failed step is reported with.
     pub(super) fn settle(&mut self) {
-        let ends = if self.spec.env.contains_key(crate::agent::INIT_STEP_ENV) {
+        let init = self.spec.env.contains_key(crate::agent::INIT_STEP_ENV);
+        let ends = if init {
             init_step_exit(&self.spec.command)
         } else {
             exit_code(&self.spec.command)
         };
+        if let Some(code) = ends.filter(|code| init && *code != 0) {
+            let line = self.spec.command.last().map_or("", String::as_str);
+            self.output.push(format!("{line}: exit status {code}"));
+        }
         self.state = match ends {
             Some(code) => InstanceState::Exited { code },
             None => InstanceState::Running,

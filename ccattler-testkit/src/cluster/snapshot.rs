@@ -9,8 +9,8 @@ use std::time::Duration;
 use ccattler_controllers::scheduler::{self, Existing, Node, Rebalance, Request, ScheduleInput};
 use ccattler_controllers::standard::{Cluster, Instance, IntentResolver, NetworkInputs, Standing};
 use ccattler_core::schema::{
-    self, DesiredState, Endpoints, InstanceObservation, NodeRules, NodeStatus, RecordKey, Rollout,
-    RolloutPhase, ServiceSpec, ServiceStatus,
+    self, DesiredState, Endpoints, InitStatus, InstanceObservation, NodeRules, NodeStatus,
+    RecordKey, Rollout, RolloutPhase, ServiceSpec, ServiceStatus,
 };
 use ccattler_core::{
     EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
@@ -194,6 +194,25 @@ impl Snapshot {
             if self.status(name).as_ref() != Some(&status) {
                 gaps.push(format!("{name}: status {:?}", self.status(name)));
             }
+            // Every instance through its init steps (or, left ended by its restart policy,
+            // failed in one).
+            let init = schema::keys::init_status(name)
+                .ok()
+                .and_then(|key| self.view.get(key.as_str()))
+                .and_then(|fact| schema::decode::<InitStatus>(fact).ok());
+            let steps = spec.init.len() as u32;
+            match init {
+                None if steps > 0 => gaps.push(format!("{name}: no init record")),
+                Some(_) if steps == 0 => gaps.push(format!("{name}: an init record without steps")),
+                Some(init)
+                    if init.steps != steps
+                        || init.waiting + init.running > 0
+                        || init.done + init.failed != n =>
+                {
+                    gaps.push(format!("{name}: init {init:?}"));
+                }
+                _ => {}
+            }
             // Every ready instance that serves at an address (one that exposes a port).
             let serving = instances
                 .iter()
@@ -223,6 +242,14 @@ impl Snapshot {
             };
             if !cluster.services.contains_key(name) {
                 gaps.push(format!("status of deleted {name} is left"));
+            }
+        }
+        for f in self.view.scan(schema::INIT_STATUSES) {
+            let Some(RecordKey::InitStatus(name)) = RecordKey::parse(&f.key) else {
+                continue;
+            };
+            if !cluster.services.contains_key(name) {
+                gaps.push(format!("init record of deleted {name} is left"));
             }
         }
         if gaps.is_empty() {

@@ -20,9 +20,10 @@ use std::time::Duration;
 
 use ccattler_controllers::standard::{Cluster, Standing};
 use ccattler_core::schema::{
-    self, Assignment, DesiredInstance, DesiredState, Endpoints, RecordKey,
+    self, Assignment, DesiredInstance, DesiredState, Endpoints, InstanceObservation, ObservedState,
+    RecordKey,
 };
-use ccattler_core::{EventKind, FactStore, FactView, Key, Op, Revision, Txn};
+use ccattler_core::{EventKind, FactStore, FactView, Key, Op, Revision, Txn, Value};
 use ccattler_store::{MemoryStore, MemoryWatch};
 use futures_util::{FutureExt, StreamExt};
 
@@ -95,6 +96,9 @@ pub enum Invariant {
     /// No desired fact (services, volumes, network policy) is written by anyone but the
     /// user's apply, and no agent writes outside its node's keys.
     SingleWriter,
+    /// No agent reports an instance ready (nor running) before every init step of its version
+    /// passed.
+    ReadyAfterInit,
     /// No commit of a runner replica lands while another replica holds the leadership (the
     /// fence on every leader's commit makes a deposed leader's commits fail).
     DeposedWrite,
@@ -115,6 +119,7 @@ impl Invariant {
             Invariant::EndpointsReady => "endpoints-ready",
             Invariant::RunsOnce => "runs-once",
             Invariant::SingleWriter => "single-writer",
+            Invariant::ReadyAfterInit => "ready-after-init",
             Invariant::NoStopForOutage => "no-stop-for-outage",
             Invariant::DeposedWrite => "deposed-write",
         }
@@ -557,6 +562,25 @@ pub(crate) fn report_writes(node: &str, keys: &[&Key]) -> Option<(Invariant, Str
                 format!("the agent of {node} wrote {key}, outside {own}"),
             )
         })
+}
+
+/// Whether every observation an agent's report puts says its instance ran only after its init
+/// steps passed.
+pub(crate) fn reports_after_init(node: &str, puts: &[(Key, Value)]) -> Option<(Invariant, String)> {
+    puts.iter().find_map(|(key, value)| {
+        let seen: InstanceObservation = serde_json::from_slice(value).ok()?;
+        let early = (seen.ready || seen.state == ObservedState::Running)
+            && seen.init_done < seen.init_steps;
+        early.then(|| {
+            (
+                Invariant::ReadyAfterInit,
+                format!(
+                    "the agent of {node} reported {key} {:?} (ready {}) after {} of {} init steps",
+                    seen.state, seen.ready, seen.init_done, seen.init_steps
+                ),
+            )
+        })
+    })
 }
 
 /// Whether the control plane asked for instance `id` to stop on `node` (or no longer placed it

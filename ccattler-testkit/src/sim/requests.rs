@@ -140,7 +140,9 @@ impl World {
                             .chain(deletes)
                             .chain(event_deletes)
                             .collect();
-                        if let Some(broken) = check::report_writes(&node, &keys) {
+                        if let Some(broken) = check::report_writes(&node, &keys)
+                            .or_else(|| check::reports_after_init(&node, puts))
+                        {
                             self.violate(broken);
                         }
                     }

@@ -113,7 +113,8 @@ pub struct ServiceDraw {
     pub file: bool,
     /// The version: the image's tag.
     pub version: u32,
-    /// Whether this version never becomes ready (its network probes fail).
+    /// Whether this version never becomes ready (its network probes fail; with init steps, its
+    /// last step fails too).
     pub broken: bool,
 }
 
@@ -182,8 +183,8 @@ pub enum Change {
         /// Its new count.
         instances: u32,
     },
-    /// Applies the next version of the service (a new image tag); `broken`: one that runs but
-    /// never becomes ready.
+    /// Applies the next version of the service (a new image tag); `broken`: one that never
+    /// becomes ready (its probes fail; with init steps, its last step fails too).
     Version {
         /// The service.
         service: String,

@@ -155,7 +155,14 @@ fn service(s: &ServiceDraw) -> String {
             None => line(format!("secret {name}")),
         }
     }
-    for command in &s.init {
+    // A broken version of a service with init steps fails its last one (and is never ready
+    // either: its image's probes fail).
+    for (i, command) in s.init.iter().enumerate() {
+        let command = if s.broken && i + 1 == s.init.len() {
+            "exit 3"
+        } else {
+            command.as_str()
+        };
         line(format!(
             "init {{\n        exec \"{command}\"\n        timeout 5s\n        retry 2\n    }}"
         ));

@@ -378,7 +378,6 @@ function showError(message) {
 
 const lastSegment = (key) => key.slice(key.lastIndexOf("/") + 1);
 
-/** The rollout of `service`: how many of its desired instances run the effective version. */
 /**
  * The rollout column: what the rollout controller says when it holds, rolled back or fails
  * (`status.rollout`, with why), else how far instances are at the version in force.
@@ -410,10 +409,30 @@ function rollout(service, status) {
   };
 }
 
+/**
+ * What the init steps of a service's instances hold up (`status.init`), for the rollout
+ * column: empty once every instance is through them.
+ */
+function initProgress(status) {
+  const init = status && status.init;
+  if (!init) return { text: "", state: "none" };
+  const pending = (init.waiting || 0) + (init.running || 0) + (init.failed || 0);
+  if (pending === 0) return { text: "", state: "done" };
+  let text = "init: " + init.done + " done, " + init.running + " running, " + init.failed +
+    " failed, " + init.waiting + " waiting";
+  const failed = (init.instances || []).find((i) => i.phase === "failed");
+  if (failed) {
+    text += " (" + failed.id + ": step " + failed.step + " of " + failed.of + " failed " +
+      failed.failures + "x" + (failed.reason ? ": " + failed.reason : "") + ")";
+  }
+  return { text, state: init.failed > 0 ? "failed" : "running" };
+}
+
 function renderServices() {
   const services = (cluster.status && cluster.status.services) || [];
   const rows = services.map((s) => {
     const r = rollout(s.name, s);
+    const init = initProgress(s);
     const state = s.converged
       ? badge("converged", "ok")
       : s.unplaced > 0
@@ -421,7 +440,7 @@ function renderServices() {
         : badge("converging", "warn");
     return row(
       [el("td", s.name), num(s.desired), num(s.placed), num(s.present), num(s.running),
-        num(s.ready), el("td", r.text), state],
+        num(s.ready), el("td", init.text ? r.text + "; " + init.text : r.text), state],
       {
         "data-service": s.name,
         "data-desired": s.desired,
@@ -430,6 +449,7 @@ function renderServices() {
         "data-ready": s.ready,
         "data-converged": Boolean(s.converged),
         "data-rollout": r.state,
+        "data-init": init.state,
       },
     );
   });

@@ -5,6 +5,7 @@
 //! answer for a person, or as JSON with `--json` where offered. An error answer is printed with
 //! the server's message (and, for `apply`, every diagnostic) and exits 1.
 
+use ccattler_core::schema;
 use ccattler_store::http::sse::EventReader;
 use std::future::Future;
 use std::path::PathBuf;
@@ -353,6 +354,9 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
                     rollout.get("reason").map(value_text).unwrap_or_default()
                 );
             }
+            for line in init_lines(&s["init"]) {
+                println!("{}: {line}", value_text(&s["name"]));
+            }
             for trouble in s["troubled"].as_array().into_iter().flatten() {
                 println!(
                     "{}: {} on {} is {}: {}",
@@ -475,9 +479,64 @@ pub fn token(args: &TokenArgs) -> Result<ExitCode, CliError> {
     }
 }
 
+/// What `cca status` says of a service's init steps (the `init` of its `/api/status` row):
+/// nothing once every instance is through them; else the counts, then each instance named
+/// that is not done, with the last line a failed step printed.
+fn init_lines(init: &Json) -> Vec<String> {
+    let Ok(init) = serde_json::from_value::<schema::InitStatus>(init.clone()) else {
+        return Vec::new();
+    };
+    if init.is_done() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "init ({} steps): {} done, {} running, {} failed, {} waiting",
+        init.steps, init.done, init.running, init.failed, init.waiting
+    )];
+    for one in &init.instances {
+        let node = one.node.as_deref().unwrap_or("no node");
+        let mut line = format!("{} on {node}: init {}", one.id, one.phase.describe());
+        if let schema::InitPhase::Failed { reason, output, .. } = &one.phase {
+            if let Some(reason) = reason {
+                line.push_str(&format!(": {reason}"));
+            }
+            if let Some(last) = output.as_deref().and_then(|o| o.lines().last()) {
+                line.push_str(&format!(" (last output: {last})"));
+            }
+        }
+        lines.push(line);
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_lines_name_the_failed_step_and_its_last_output_line() {
+        assert!(init_lines(&Json::Null).is_empty());
+        let done = json!({"steps": 2, "done": 3});
+        assert!(init_lines(&done).is_empty(), "nothing to say once done");
+        let init = json!({
+            "steps": 2, "waiting": 0, "running": 1, "failed": 1, "done": 1,
+            "instances": [
+                {"id": "web-i2", "node": "n1", "phase": "failed", "step": 2, "of": 2,
+                 "failures": 3, "reason": "init step 2 of 2 exited with 1; next attempt in 2s",
+                 "output": "psql: connection refused\nmigrate: giving up"},
+                {"id": "web-i1", "node": "n2", "phase": "running", "step": 1, "of": 2}
+            ]
+        });
+        assert_eq!(
+            init_lines(&init),
+            [
+                "init (2 steps): 1 done, 1 running, 1 failed, 0 waiting",
+                "web-i2 on n1: init step 2 of 2 failed 3 times: init step 2 of 2 exited with 1; \
+                 next attempt in 2s (last output: migrate: giving up)",
+                "web-i1 on n2: init step 1 of 2 running",
+            ]
+        );
+    }
 
     #[test]
     fn the_control_plane_line_names_the_replicas_and_the_leader() {

@@ -167,6 +167,15 @@ pub async fn status<S: FactStore + Clone>(
             rollouts.insert(name.to_owned(), super::rollout::summary(&r));
         }
     }
+    let mut inits = BTreeMap::new();
+    for fact in api.store.scan(schema::INIT_STATUSES).await?.facts {
+        if let (Some(RecordKey::InitStatus(name)), Ok(init)) = (
+            RecordKey::parse(&fact.key),
+            schema::decode::<schema::InitStatus>(&fact),
+        ) {
+            inits.insert(name.to_owned(), init);
+        }
+    }
     let services: Vec<Json> = status
         .services
         .iter()
@@ -187,6 +196,7 @@ pub async fn status<S: FactStore + Clone>(
                     "reason": a.reason,
                 })),
                 "rollout": rollouts.get(&row.name).cloned(),
+                "init": inits.get(&row.name),
             })
         })
         .collect();

@@ -1,9 +1,10 @@
 //! The web page of `cca server`: a small dashboard at `/` that watches the cluster live.
 //!
-//! It shows every service (desired, placed, present, running, ready, its rollout and why
-//! instances cannot be placed), every node (alive, capacity, what its instances use), every
-//! instance (node, state, readiness, restarts, reason) and the recent events, and keeps them
-//! current from the `/changes` stream.
+//! It shows every service (desired, placed, present, running, ready, its rollout, how far its
+//! instances are through their init steps while they are not, and why instances cannot be
+//! placed), every node (alive, capacity, what its instances use), every instance (node, state,
+//! readiness, restarts, reason) and the recent events, and keeps them current from the
+//! `/changes` stream.
 //!
 //! # What is served
 //!
