@@ -226,7 +226,8 @@ fn seen(cluster: &Cluster, service: &str, spec: &ServiceSpec, version: &str) -> 
     };
     let mut failures = BTreeMap::new();
     for instance in cluster.instances_of(service) {
-        if !instance.is_gone() {
+        // Most instances share a version or two: no clone for one already counted.
+        if !instance.is_gone() && !seen.in_use.contains(&instance.desired.version) {
             seen.in_use.insert(instance.desired.version.clone());
         }
         if instance.desired.version != version {
