@@ -252,6 +252,9 @@ pub struct Cluster {
     records: OrdMap<String, Arc<Records>>,
     by_node: OrdMap<String, OrdSet<String>>,
     by_service: OrdMap<String, OrdSet<String>>,
+    /// Each service's instances by id, beside `instances`: a walk of one service's instances
+    /// (every pass that judges it) then costs no lookup in the map of all instances.
+    of_service: OrdMap<String, OrdMap<String, Arc<Instance>>>,
     unplaced: OrdSet<String>,
     orphans: OrdSet<String>,
     touched: std::collections::BTreeSet<String>,
@@ -269,11 +272,10 @@ impl Cluster {
 
     /// The instances of one service, in id order.
     pub fn instances_of<'a>(&'a self, service: &str) -> impl Iterator<Item = &'a Instance> + 'a {
-        self.by_service
+        self.of_service
             .get(service)
             .into_iter()
-            .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.instances.get(id).map(Arc::as_ref))
+            .flat_map(|instances| instances.values().map(Arc::as_ref))
     }
 
     /// The instances placed on `node`, in id order (kept as an index: no scan).
@@ -458,10 +460,12 @@ impl Cluster {
                 if let Some(instance) = self.instances.get_mut(&id)
                     && (instance.node_alive, instance.fresh) != (alive, fresh)
                 {
-                    let instance = Arc::make_mut(instance);
-                    instance.node_alive = alive;
-                    instance.fresh = fresh;
-                    self.touched.insert(instance.desired.service.clone());
+                    let changed = Arc::make_mut(instance);
+                    changed.node_alive = alive;
+                    changed.fresh = fresh;
+                    self.touched.insert(changed.desired.service.clone());
+                    let instance = Arc::clone(instance);
+                    file_by_service(&mut self.of_service, None, &instance);
                 }
             }
         } else if let RecordKey::Node(node) = record {
@@ -642,7 +646,9 @@ impl Cluster {
         report: Option<(Arc<InstanceObservation>, Revision)>,
     ) {
         let Some(desired) = desired else {
-            self.instances.remove(id);
+            if let Some(gone) = self.instances.remove(id) {
+                unfile_by_service(&mut self.of_service, &gone);
+            }
             self.unplaced.remove(id);
             if placed.is_some() {
                 self.orphans.insert(id.to_owned());
@@ -670,19 +676,18 @@ impl Cluster {
         let (node_alive, fresh) = placed.as_deref().map_or((false, false), |node| {
             judge(&self.registered, &self.alive, node, written)
         });
-        self.instances.insert(
-            id.to_owned(),
-            Arc::new(Instance {
-                id: id.to_owned(),
-                desired: Arc::clone(record),
-                key: key.clone(),
-                revision: *revision,
-                node: placed,
-                observed,
-                fresh,
-                node_alive,
-            }),
-        );
+        let instance = Arc::new(Instance {
+            id: id.to_owned(),
+            desired: Arc::clone(record),
+            key: key.clone(),
+            revision: *revision,
+            node: placed,
+            observed,
+            fresh,
+            node_alive,
+        });
+        let before = self.instances.insert(id.to_owned(), Arc::clone(&instance));
+        file_by_service(&mut self.of_service, before.as_deref(), &instance);
     }
 
     /// Moves a reservation from `before` to `now` in the per-node usage.
@@ -740,6 +745,36 @@ fn judge(
         _ => false,
     };
     (alive.contains(node), fresh)
+}
+
+/// Files `instance` under its service, taking out what `before` (the instance it replaces)
+/// filed under another service.
+fn file_by_service(
+    of_service: &mut OrdMap<String, OrdMap<String, Arc<Instance>>>,
+    before: Option<&Instance>,
+    instance: &Arc<Instance>,
+) {
+    if let Some(before) = before.filter(|b| b.desired.service != instance.desired.service) {
+        unfile_by_service(of_service, before);
+    }
+    of_service
+        .entry(instance.desired.service.clone())
+        .or_default()
+        .insert(instance.id.clone(), Arc::clone(instance));
+}
+
+/// Takes `instance` out of its service's map, and the service with it once it holds none.
+fn unfile_by_service(
+    of_service: &mut OrdMap<String, OrdMap<String, Arc<Instance>>>,
+    instance: &Instance,
+) {
+    let service = &instance.desired.service;
+    if let Some(instances) = of_service.get_mut(service) {
+        instances.remove(&instance.id);
+        if instances.is_empty() {
+            of_service.remove(service);
+        }
+    }
 }
 
 fn index(map: &mut OrdMap<String, OrdSet<String>>, group: &str, id: &str) {
