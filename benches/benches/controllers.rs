@@ -312,33 +312,31 @@ fn one_node_use_moved(c: &mut Criterion) {
     group.finish();
 }
 
-fn one_instance_restarted(c: &mut Criterion) {
+/// Measures `controller`'s pass on each cluster size after one instance restarted, once its
+/// first passes on the cluster (`settle`) left it nothing to do: the pass must propose nothing.
+fn pass_after_restart<C: Controller>(
+    c: &mut Criterion,
+    name: &str,
+    make: impl Fn() -> C,
+    settle: impl Fn(&C, &mut FactView, usize),
+) {
     let mut group = c.benchmark_group("controllers");
     group.sample_size(30);
     for nodes in SIZES {
         let mut base = cluster(nodes);
-        let rollout = RolloutController::new();
-        // The first passes keep each service's spec and record its rollout, then complete it.
-        for _ in 0..3 {
-            let changes = reconcile(&rollout, &base);
-            let next = base.revision().next();
-            base.apply(changes, next);
-        }
-        assert!(
-            reconcile(&rollout, &base).is_empty(),
-            "every rollout complete"
-        );
+        let controller = make();
+        settle(&controller, &mut base, nodes);
+        assert!(reconcile(&controller, &base).is_empty(), "{name}: settled");
         let mut node = 0usize;
-        let id = BenchmarkId::new("rollout_one_instance_restarted", nodes);
-        group.bench_function(id, |b| {
+        group.bench_function(BenchmarkId::new(name, nodes), |b| {
             b.iter_batched(
                 || {
                     node = (node + 7) % nodes;
                     restarted(&base, node)
                 },
                 |view| {
-                    let changes = reconcile(&rollout, &view);
-                    assert!(changes.is_empty(), "a complete rollout: {changes:?}");
+                    let changes = reconcile(&controller, &view);
+                    assert!(changes.is_empty(), "{name}: {changes:?}");
                     changes
                 },
                 BatchSize::LargeInput,
@@ -348,40 +346,44 @@ fn one_instance_restarted(c: &mut Criterion) {
     group.finish();
 }
 
+/// Reconciles `controller` on `view` and commits what it proposes.
+fn commit(controller: &dyn Controller, view: &mut FactView) -> usize {
+    let changes = reconcile(controller, view);
+    let count = changes.len();
+    let next = view.revision().next();
+    view.apply(changes, next);
+    count
+}
+
+fn one_instance_restarted(c: &mut Criterion) {
+    // The first passes keep each service's spec and record its rollout, then complete it.
+    pass_after_restart(
+        c,
+        "rollout_one_instance_restarted",
+        RolloutController::new,
+        |rollout, view, _| {
+            for _ in 0..3 {
+                commit(rollout, view);
+            }
+        },
+    );
+}
+
 fn init_one_instance_restarted(c: &mut Criterion) {
-    let mut group = c.benchmark_group("controllers");
-    group.sample_size(30);
-    for nodes in SIZES {
-        let mut base = cluster(nodes);
-        let init = InitController::new();
-        // The first pass writes each service's init record.
-        let first = reconcile(&init, &base);
-        assert_eq!(
-            first.len(),
-            nodes * PER_NODE / PER_SERVICE,
-            "one record a service"
-        );
-        let next = base.revision().next();
-        base.apply(first, next);
-        assert!(reconcile(&init, &base).is_empty(), "the records hold");
-        let mut node = 0usize;
-        let id = BenchmarkId::new("init_one_instance_restarted", nodes);
-        group.bench_function(id, |b| {
-            b.iter_batched(
-                || {
-                    node = (node + 7) % nodes;
-                    restarted(&base, node)
-                },
-                |view| {
-                    let changes = reconcile(&init, &view);
-                    assert!(changes.is_empty(), "init done: {changes:?}");
-                    changes
-                },
-                BatchSize::LargeInput,
-            )
-        });
-    }
-    group.finish();
+    // The first pass writes each service's init record.
+    pass_after_restart(
+        c,
+        "init_one_instance_restarted",
+        InitController::new,
+        |init, view, nodes| {
+            let written = commit(init, view);
+            assert_eq!(
+                written,
+                nodes * PER_NODE / PER_SERVICE,
+                "one record a service"
+            );
+        },
+    );
 }
 
 criterion_group!(
