@@ -278,14 +278,16 @@ mod model {
         Lease(usize, bool),
         /// A keep-alive re-put of the lease, if the node holds one: same create revision.
         Renew(usize),
-        Instance(usize, Option<(usize, bool)>),
+        /// The instance's service, whether it is asked to run, and which of two versions.
+        Instance(usize, Option<(usize, bool, bool)>),
         Place(usize, Option<usize>),
         /// A placement of the instance on the node, the others kept: a writer's bug that leaves
         /// an instance two placements, of which the first by key counts.
         AlsoPlace(usize, usize),
         /// The instance's placement on the node removed, the others kept.
         Unplace(usize, usize),
-        Observe(usize, usize, Option<bool>),
+        /// A report: running and ready, running not ready, failed after a restart, exited.
+        Observe(usize, usize, Option<u8>),
         /// The service's effective count (a record a shared cluster leaves to each reader).
         Effective(usize, Option<u32>),
     }
@@ -295,12 +297,15 @@ mod model {
             (0..2usize, proptest::option::of(0..4u64)).prop_map(|(s, c)| Step::Service(s, c)),
             (0..2usize, any::<bool>()).prop_map(|(n, a)| Step::Lease(n, a)),
             (0..2usize).prop_map(Step::Renew),
-            (0..4usize, proptest::option::of((0..2usize, any::<bool>())))
+            (
+                0..4usize,
+                proptest::option::of((0..2usize, any::<bool>(), any::<bool>()))
+            )
                 .prop_map(|(i, d)| Step::Instance(i, d)),
             (0..4usize, proptest::option::of(0..2usize)).prop_map(|(i, n)| Step::Place(i, n)),
             (0..4usize, 0..2usize).prop_map(|(i, n)| Step::AlsoPlace(i, n)),
             (0..4usize, 0..2usize).prop_map(|(i, n)| Step::Unplace(i, n)),
-            (0..2usize, 0..4usize, proptest::option::of(any::<bool>()))
+            (0..2usize, 0..4usize, proptest::option::of(0..4u8))
                 .prop_map(|(n, i, o)| Step::Observe(n, i, o)),
             (0..2usize, proptest::option::of(0..3u32)).prop_map(|(s, c)| Step::Effective(s, c)),
         ]
@@ -346,10 +351,10 @@ mod model {
             }
             Step::Instance(i, desired) => set(
                 keys::instance(&format!("i{i}")).unwrap(),
-                desired.map(|(s, running)| {
+                desired.map(|(s, running, newer)| {
                     schema::encode(&DesiredInstance {
                         service: SERVICES[s].into(),
-                        version: "v".into(),
+                        version: if newer { "w" } else { "v" }.into(),
                         ordinal: None,
                         state: if running {
                             DesiredState::Running
@@ -391,11 +396,13 @@ mod model {
                 keys::observed_instance(NODES[*n], &format!("i{i}")).unwrap(),
                 running.map(|r| {
                     schema::encode(&InstanceObservation {
-                        state: if r {
-                            ObservedState::Running
-                        } else {
-                            ObservedState::Failed
+                        state: match r {
+                            0 | 1 => ObservedState::Running,
+                            2 => ObservedState::Failed,
+                            _ => ObservedState::Exited,
                         },
+                        ready: r == 0,
+                        restarts: u32::from(r == 2),
                         ..InstanceObservation::default()
                     })
                 }),
