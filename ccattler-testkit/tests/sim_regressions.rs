@@ -338,3 +338,27 @@ fn a_stateful_service_under_node_crashes_never_runs_an_identity_twice() {
         assert!(report.passed(), "seed {seed}: {}", report.explain());
     }
 }
+
+/// Found by `cca chaos --generate` (seed 779766364): a service with `max_unavailable 2` deleted
+/// in the middle of a rolling update. The checker then judged the rollout under the default
+/// policy (`max_unavailable 1`, the spec being gone) and reported 2 instances down as a broken
+/// floor. A deleted service is stopped whole: no rollout of it is held to a floor.
+#[test]
+fn a_service_deleted_during_its_rollout_is_not_held_to_a_floor() {
+    let policy = "  update {\n    max_unavailable 2\n    max_extra 0\n  }\n";
+    let other = "service other {\n  image example/other:1\n  instances 1\n}\n";
+    let first = format!("{}{other}", web("example/web:1", 12, policy));
+    let second = format!("{}{other}", web("example/web:2", 12, policy));
+    for seed in 0..10 {
+        let report = Simulation::builder(desired(&first))
+            .seed(seed)
+            .nodes(3, Cpu::from_millis(8_000), Memory::from_bytes(8 << 30))
+            .then_apply(sec(20), desired(&second))
+            .then_apply(
+                sec(20) + Duration::from_millis(300 + 100 * seed),
+                desired(other),
+            )
+            .run();
+        assert!(report.passed(), "seed {seed}: {}", report.explain());
+    }
+}

@@ -360,6 +360,13 @@ impl Checker {
             }
         }
 
+        // A deleted service is stopped whole (its effective record outlives its spec for a
+        // moment): no rollout of it is held to a floor, least of all the default policy's.
+        if !cluster.services.contains_key(service) {
+            self.rollouts.remove(service);
+            self.versions.remove(service);
+            return None;
+        }
         // A rollout is held to the floor only if it began with every instance ready at the
         // count in force: right after a scale-up, the new instances are not ready yet, and a
         // new version then does not take availability the service had.
