@@ -61,10 +61,12 @@ fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
 }
 
 /// CI's fixed slice of seeds: 5 nodes, 20 instances, every fault kind, 60 s of virtual time.
-/// `cca chaos examples/chaos.cca --nodes 5 --seeds 1000` runs the full thousand on demand.
+/// A hundred: with nine controllers, three hundred took 25 minutes of CI's 2 cores
+/// unoptimised. `cca chaos examples/chaos.cca --nodes 5 --seeds 1000`
+/// (release build) runs the full thousand on demand.
 #[test]
-fn a_slice_of_three_hundred_seeds_converges_under_every_fault() {
-    let summary = Chaos::new(example_on_five_nodes(), 0..300).run(|_, _| {});
+fn a_slice_of_a_hundred_seeds_converges_under_every_fault() {
+    let summary = Chaos::new(example_on_five_nodes(), 0..100).run(|_, _| {});
     let failed = summary.failures();
     assert!(
         failed.is_empty(),
