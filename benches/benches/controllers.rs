@@ -128,6 +128,7 @@ fn cluster(nodes: usize) -> FactView {
                 version: version.clone(),
                 state: DesiredState::Running,
                 ports: Vec::new(),
+                volumes: Vec::new(),
             };
             view.insert(fact(
                 schema::keys::placement(&node, &id).expect("key"),

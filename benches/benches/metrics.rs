@@ -53,6 +53,7 @@ async fn fill(store: &Metered<MemoryStore>) {
             version: "v1".to_owned(),
             state: DesiredState::Running,
             ports: Vec::new(),
+            volumes: Vec::new(),
         };
         let observation = InstanceObservation {
             node: node.clone(),

@@ -51,6 +51,7 @@ fn nodes() -> Vec<NodeStatus> {
                 architecture: if i % 10 == 9 { "arm64" } else { "amd64" }.into(),
                 address: String::new(),
                 ports: Default::default(),
+                storage: Memory::ZERO,
             }
         })
         .collect()
@@ -129,6 +130,7 @@ fn requests<'a>(r: &'a Requests, shapes: &'a [Placement]) -> Vec<Request<'a>> {
                 },
                 placement: &shapes[s % shapes.len()],
                 ports: ccattler_controllers::scheduler::Ports::NONE,
+                volumes: &[],
             }
         })
         .collect()
@@ -157,6 +159,7 @@ fn scheduler_benches(c: &mut Criterion) {
         requests: &all,
         rebalance: Rebalance::All,
         reserved: None,
+        storage: &[],
     };
     let full = schedule(&input);
     eprintln!(
@@ -196,6 +199,7 @@ fn scheduler_benches(c: &mut Criterion) {
             placement: r.placement,
             ports: &[],
             needs: ccattler_controllers::scheduler::Ports::NONE,
+            pinned: false,
         })
         .collect();
     let again: Vec<Request<'_>> = placed
@@ -218,6 +222,7 @@ fn scheduler_benches(c: &mut Criterion) {
             requests: &again,
             rebalance,
             reserved: None,
+            storage: &[],
         };
         let result = schedule(&input);
         assert_eq!(

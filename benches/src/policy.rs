@@ -56,6 +56,7 @@ pub fn placement(s: usize, k: usize, node: &str, host: u16) -> (Key, Value) {
             port: DECLARED,
             host,
         }],
+        volumes: Vec::new(),
     };
     (
         schema::keys::placement(node, &id).expect("a valid key"),

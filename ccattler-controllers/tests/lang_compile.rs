@@ -274,6 +274,26 @@ snapshot_error!(
     "service db {\n    image postgres:16\n    volume pgdata /var/lib/data\n}\n\nvolume other {\n    size 1Gi\n}\n"
 );
 snapshot_error!(
+    a_volume_without_a_size,
+    ["cca::volume-size", "cca::volume-size"],
+    "volume data {\n    persistent true\n}\n\nvolume cache {\n    size 0\n}\n"
+);
+snapshot_error!(
+    a_volume_mounted_by_two_services,
+    ["cca::shared-volume"],
+    "service a {\n    image x\n    volume data /data\n}\n\nservice b {\n    image x\n    volume data /data\n}\n\nvolume data {\n    size 1Gi\n}\n"
+);
+snapshot_error!(
+    a_volume_mounted_by_several_instances_that_are_not_stateful,
+    ["cca::volume-instances", "cca::volume-instances"],
+    "service web {\n    image x\n    instances 3\n    volume data /data\n}\n\nservice api {\n    image x\n    scale {\n        horizontal {\n            min 1\n            max 4\n        }\n    }\n    volume logs /logs\n}\n\nvolume data {\n    size 1Gi\n}\n\nvolume logs {\n    size 1Gi\n}\n"
+);
+snapshot_error!(
+    a_volume_service_that_could_never_be_updated,
+    ["cca::stuck-update"],
+    "service db {\n    image x\n    volume data /data\n    update {\n        max_unavailable 0\n    }\n}\n\nvolume data {\n    size 1Gi\n    persistent true\n}\n"
+);
+snapshot_error!(
     undeclared_service_in_network,
     ["cca::undeclared-service"],
     "service web {\n    image nginx\n}\n\nnetwork {\n    allow web -> db port 5432\n}\n"

@@ -256,6 +256,7 @@ fn pure(view: &FactView) -> Plan {
                 placement,
                 ports: &[],
                 needs: ccattler_controllers::scheduler::Ports::NONE,
+                pinned: false,
             }),
             None if d.state == DesiredState::Running && services.contains_key(&d.service) => {
                 requests.push(Request {
@@ -264,6 +265,7 @@ fn pure(view: &FactView) -> Plan {
                     resources,
                     placement,
                     ports: ccattler_controllers::scheduler::Ports::NONE,
+                    volumes: &[],
                 })
             }
             None => {}
@@ -275,6 +277,7 @@ fn pure(view: &FactView) -> Plan {
         requests: &requests,
         rebalance: Rebalance::Off,
         reserved: None,
+        storage: &[],
     });
     let placements = plan
         .placements

@@ -164,6 +164,7 @@ fn inputs<'a>(
             placement: &c.services[s],
             ports: &[],
             needs: ccattler_controllers::scheduler::Ports::NONE,
+            pinned: false,
         })
         .collect();
     let requests = c
@@ -176,6 +177,7 @@ fn inputs<'a>(
             resources: resources(cpu, mib),
             placement: &c.services[s],
             ports: ccattler_controllers::scheduler::Ports::NONE,
+            volumes: &[],
         })
         .collect();
     (nodes, existing, requests)
@@ -373,7 +375,7 @@ proptest! {
     fn schedules_are_valid_deterministic_and_match_the_reference(c in cluster(), rotate in 0usize..9) {
         let names = Names::of(&c);
         let (nodes, existing, requests) = inputs(&c, &names);
-        let input = ScheduleInput { nodes: &nodes, existing: &existing, requests: &requests, rebalance: Rebalance::All, reserved: None };
+        let input = ScheduleInput { nodes: &nodes, existing: &existing, requests: &requests, rebalance: Rebalance::All, reserved: None, storage: &[] };
         let s = schedule(&input);
         check(&c, &s, &nodes, &existing, &requests)?;
         prop_assert_eq!(&schedule(&input), &s);
@@ -385,7 +387,7 @@ proptest! {
         existing2.reverse();
         let k = rotate.min(requests2.len());
         requests2.rotate_left(k);
-        let shuffled = ScheduleInput { nodes: &nodes2, existing: &existing2, requests: &requests2, rebalance: Rebalance::All, reserved: None };
+        let shuffled = ScheduleInput { nodes: &nodes2, existing: &existing2, requests: &requests2, rebalance: Rebalance::All, reserved: None, storage: &[] };
         prop_assert_eq!(&schedule(&shuffled), &s);
     }
 }

@@ -259,6 +259,21 @@ pub enum RuntimeError {
         /// The operation.
         what: String,
     },
+    /// The instance was removed, but the directory holding the data of its volumes that go
+    /// with it could not be deleted (the node agent's own step after a removal).
+    #[error(
+        "instance {id} was removed but the data of its volumes at {} was not: {reason}; \
+         delete that directory by hand",
+        path.display()
+    )]
+    DataNotRemoved {
+        /// The instance id.
+        id: String,
+        /// The directory left.
+        path: PathBuf,
+        /// What the filesystem answered.
+        reason: String,
+    },
     /// The runtime itself cannot be reached; nothing about the instance is known.
     #[error("runtime unreachable: {message}")]
     Unreachable {

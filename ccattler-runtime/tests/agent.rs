@@ -1,6 +1,7 @@
 //! The node agent with real processes: it starts what is placed, restarts what crashes, keeps
-//! workloads running while the store is unreachable, adopts them after its own restart, and
-//! reports probe results.
+//! workloads running while the store is unreachable, adopts them after its own restart,
+//! reports probe results, and keeps a persistent volume's data for the next instance (through a
+//! kill and an agent restart) while deleting the data of other volumes with their instance.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use ccattler_core::FactStore;
 use ccattler_core::schema::{
     self, Assignment, DesiredState, Expose, Health, InstanceObservation, ObservedState, Probe,
-    ProbeCheck, ServiceSpec,
+    ProbeCheck, ServiceSpec, VolumeMount, VolumeSpec,
 };
 use ccattler_runtime::agent::{AgentConfig, NodeAgent};
 use ccattler_runtime::process::ProcessRuntime;
@@ -80,6 +81,17 @@ impl Node {
 
     /// Declares a service and places one instance of it on the node.
     async fn place(&self, id: &str, spec: &ServiceSpec, state: DesiredState) {
+        self.place_with(id, spec, state, Vec::new()).await;
+    }
+
+    /// [`place`](Self::place), with the volumes its placement carries.
+    async fn place_with(
+        &self,
+        id: &str,
+        spec: &ServiceSpec,
+        state: DesiredState,
+        volumes: Vec<VolumeSpec>,
+    ) {
         let store = self.store.inner();
         store
             .put(
@@ -95,6 +107,7 @@ impl Node {
             version: spec.version(),
             state,
             ports: Vec::new(),
+            volumes,
         };
         store
             .put(
@@ -103,6 +116,29 @@ impl Node {
             )
             .await
             .expect("put placement");
+    }
+
+    /// Takes instance `id`'s placement away: the agent stops and removes it.
+    async fn unplace(&self, id: &str) {
+        let key = schema::keys::placement(NODE, id).expect("key");
+        self.store
+            .inner()
+            .delete(&key)
+            .await
+            .expect("delete placement");
+    }
+
+    /// Waits (real time, at most 20 s) until instance `id` is removed: its report deleted
+    /// and the runtime holding nothing of it.
+    async fn wait_for_gone(&self, id: &str) {
+        for _ in 0..400 {
+            let listed = self.runtime().pid(id).is_some();
+            if self.observation(id).await.is_none() && !listed {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{id} was never removed: {:?}", self.observation(id).await);
     }
 
     /// Places `sleep 1000` as instance `id` of a service named `service`, waits until it runs,
@@ -169,7 +205,7 @@ impl Drop for Node {
     fn drop(&mut self) {
         // No process outlives the test.
         if let Some(runtime) = &self.runtime {
-            let ids: Vec<String> = ["sleeper", "web", "sick", "crashy"]
+            let ids: Vec<String> = ["sleeper", "web", "sick", "crashy", "db-a", "db-b", "db-c"]
                 .into_iter()
                 .map(String::from)
                 .collect();
@@ -439,4 +475,135 @@ async fn an_agent_without_a_persisted_cache_writes_no_file() {
     node.wait_for("sleeper", "running", running).await;
     node.stop().await;
     assert!(node.dir.path().join("agent/desired.json").exists());
+}
+
+/// A service whose instances append their id to `data/log` (on the volume mounted at
+/// `/data`), copy what they found to `data/seen-by-{id}`, then sleep.
+fn writer(volume: &str) -> ServiceSpec {
+    let mut spec = service(
+        "db",
+        &[
+            "sh",
+            "-c",
+            "touch data/log; cp data/log data/seen-by-$CCATTLER_INSTANCE; \
+             echo $CCATTLER_INSTANCE >> data/log; exec sleep 1000",
+        ],
+    );
+    spec.volumes = vec![VolumeMount {
+        volume: volume.into(),
+        path: "/data".into(),
+    }];
+    spec
+}
+
+fn data_volume(persistent: bool) -> VolumeSpec {
+    VolumeSpec {
+        name: "data".into(),
+        size: "1Gi".parse().expect("size"),
+        persistent,
+    }
+}
+
+/// Waits (at most 10 s) until `path` holds `text`.
+async fn wait_for_file(path: &std::path::Path, text: &str) {
+    for _ in 0..200 {
+        if std::fs::read_to_string(path).is_ok_and(|t| t == text) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{} never held {text:?}: {:?}",
+        path.display(),
+        std::fs::read_to_string(path)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_volume_keeps_its_data_through_a_kill_a_replacement_and_an_agent_restart() {
+    let mut node = Node::new();
+    node.start();
+    let spec = writer("data");
+    let volume = node.dir.path().join("agent/volumes/persistent/data");
+    node.place_with(
+        "db-a",
+        &spec,
+        DesiredState::Running,
+        vec![data_volume(true)],
+    )
+    .await;
+    node.wait_for("db-a", "running", running).await;
+    wait_for_file(&volume.join("log"), "db-a\n").await;
+
+    // Killed, and started again in place: it finds what it wrote.
+    let pid = node.runtime().pid("db-a").expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    node.wait_for("db-a", "restarted", |o| running(o) && o.restarts >= 1)
+        .await;
+    wait_for_file(&volume.join("log"), "db-a\ndb-a\n").await;
+
+    // Replaced by another instance: the replacement reads the data back.
+    node.unplace("db-a").await;
+    node.wait_for_gone("db-a").await;
+    node.place_with(
+        "db-b",
+        &spec,
+        DesiredState::Running,
+        vec![data_volume(true)],
+    )
+    .await;
+    node.wait_for("db-b", "running", running).await;
+    wait_for_file(&volume.join("seen-by-db-b"), "db-a\ndb-a\n").await;
+
+    // The agent restarts between two instances: the data is still there for the third.
+    node.unplace("db-b").await;
+    node.wait_for_gone("db-b").await;
+    node.stop().await;
+    node.start();
+    node.place_with(
+        "db-c",
+        &spec,
+        DesiredState::Running,
+        vec![data_volume(true)],
+    )
+    .await;
+    node.wait_for("db-c", "running", running).await;
+    wait_for_file(&volume.join("seen-by-db-c"), "db-a\ndb-a\ndb-b\n").await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_that_is_not_persistent_is_deleted_with_its_instance() {
+    let mut node = Node::new();
+    node.start();
+    let spec = writer("data");
+    let data = node.dir.path().join("agent/volumes/instance/db-a/data");
+    node.place_with(
+        "db-a",
+        &spec,
+        DesiredState::Running,
+        vec![data_volume(false)],
+    )
+    .await;
+    node.wait_for("db-a", "running", running).await;
+    wait_for_file(&data.join("log"), "db-a\n").await;
+    assert!(!node.dir.path().join("agent/volumes/persistent").exists());
+
+    node.unplace("db-a").await;
+    node.wait_for_gone("db-a").await;
+    for _ in 0..100 {
+        if !data.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !node.dir.path().join("agent/volumes/instance/db-a").exists(),
+        "the instance's data goes with it"
+    );
+    node.stop().await;
 }

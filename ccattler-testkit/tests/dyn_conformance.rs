@@ -168,6 +168,7 @@ async fn node_agent_runs_on_dyn_forms() {
         version: spec.version(),
         state: DesiredState::Running,
         ports: Vec::new(),
+        volumes: Vec::new(),
     };
     let service_key = schema::keys::service(&spec.name).expect("key");
     store

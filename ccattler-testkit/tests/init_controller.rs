@@ -67,6 +67,7 @@ fn cluster() -> Harness {
                     version: version.clone(),
                     state: DesiredState::Running,
                     ports: Vec::new(),
+                    volumes: Vec::new(),
                 },
             );
     }

@@ -156,6 +156,7 @@ async fn secrets_reach_only_the_nodes_that_run_them() {
         version: String::new(),
         state: Default::default(),
         ports: Vec::new(),
+        volumes: Vec::new(),
     };
     setup
         .store

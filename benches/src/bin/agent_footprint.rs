@@ -53,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             version: spec.version(),
             state: DesiredState::Running,
             ports: Vec::new(),
+            volumes: Vec::new(),
         };
         store
             .put(

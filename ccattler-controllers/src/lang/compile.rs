@@ -4,7 +4,7 @@
 //! It assumes the [grammar](super::grammar) shape checks ran (keywords, arities, which fields
 //! take blocks) but never relies on them for safety: anything unexpected becomes a diagnostic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{self, Memory, NetworkPolicy, ServiceSpec, VolumeSpec};
 
@@ -75,7 +75,8 @@ pub(super) struct Compiler<'a> {
     pub(super) service_spans: BTreeMap<String, Span>,
     pub(super) volume_spans: BTreeMap<String, Span>,
     /// (volume name, where it is referenced)
-    pub(super) volume_refs: Vec<(String, Span)>,
+    /// Each volume mount: the volume, where it is named, and the service mounting it.
+    pub(super) volume_refs: Vec<(String, Span, String)>,
     /// (service name, where it is referenced)
     pub(super) service_refs: Vec<(String, Span)>,
 }
@@ -308,14 +309,30 @@ impl Compiler<'_> {
             size: Memory::ZERO,
             persistent: false,
         };
+        let mut sized = false;
         self.each(st, |this, field| {
             match field.name() {
-                "size" => volume.size = this.parsed::<Memory>(field, 0, "a size")?,
+                "size" => {
+                    sized = true;
+                    volume.size = this.parsed::<Memory>(field, 0, "a size")?;
+                }
                 "persistent" => volume.persistent = this.flag(field, 0)?,
                 _ => {}
             }
             Ok(())
         });
+        if !sized || volume.size.is_zero() {
+            let what = if sized { "a size of 0" } else { "no size" };
+            self.error(
+                "cca::volume-size",
+                span,
+                format!(
+                    "volume `{}` has {what}: its size is what it takes of a node's storage",
+                    volume.name
+                ),
+                "add a line `size S`, such as `size 10Gi`",
+            );
+        }
         self.out.volumes.push(volume);
     }
 
@@ -335,7 +352,8 @@ impl Compiler<'_> {
 
     fn check_references(&mut self) {
         let volume_refs = std::mem::take(&mut self.volume_refs);
-        for (name, span) in volume_refs {
+        self.check_mounts(&volume_refs);
+        for (name, span, _) in volume_refs {
             if !self.volume_spans.contains_key(&name) {
                 let declared = list(self.volume_spans.keys());
                 self.error(
@@ -355,6 +373,74 @@ impl Compiler<'_> {
                     span,
                     format!("service `{name}` is not declared"),
                     &format!("declared services: {declared}"),
+                );
+            }
+        }
+    }
+}
+
+impl Compiler<'_> {
+    /// A volume is attached to one instance at a time: it is mounted by one service, which runs
+    /// one instance (never scaled above one) unless it is stateful (each identity then has a
+    /// volume of its own), and can be updated stop-first.
+    fn check_mounts(&mut self, mounts: &[(String, Span, String)]) {
+        let mut first_mount: BTreeMap<&str, (&str, Span)> = BTreeMap::new();
+        let mut judged: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for (volume, span, service) in mounts {
+            match first_mount.get(volume.as_str()) {
+                Some(&(other, first)) if other != service => {
+                    let diagnostic = Diagnostic::error(
+                        "cca::shared-volume",
+                        *span,
+                        format!(
+                            "volume `{volume}` is mounted by services `{other}` and `{service}`: \
+                             a volume is attached to one instance at a time"
+                        ),
+                    )
+                    .with_secondary(first, "first mounted here")
+                    .with_help("declare a volume for each service");
+                    self.diagnostics.push(diagnostic);
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    first_mount.insert(volume, (service, *span));
+                }
+            }
+            if !judged.insert((volume, service)) {
+                continue;
+            }
+            let Some(spec) = self.out.services.iter().find(|s| &s.name == service) else {
+                continue;
+            };
+            let most = spec.scale.as_ref().map_or(spec.instances, |s| s.max);
+            let max_unavailable = spec.update.max_unavailable;
+            if most > 1 && !spec.stateful {
+                let runs = if spec.scale.is_some() {
+                    format!("may scale to {most} instances")
+                } else {
+                    format!("runs {most} instances")
+                };
+                self.error(
+                    "cca::volume-instances",
+                    *span,
+                    format!(
+                        "service `{service}` {runs} but mounts volume `{volume}`, which is \
+                         attached to one instance at a time"
+                    ),
+                    "make the service `stateful` (each instance then has a volume of its own), or \
+                     run `instances 1` (with `scale`, `max 1`)",
+                );
+            } else if max_unavailable == 0 {
+                self.error(
+                    "cca::stuck-update",
+                    *span,
+                    format!(
+                        "service `{service}` mounts volume `{volume}` and could never be updated \
+                         with `max_unavailable 0`: its instance is stopped before its replacement \
+                         starts, since the volume is attached to one instance at a time"
+                    ),
+                    "set `max_unavailable 1` (the default)",
                 );
             }
         }

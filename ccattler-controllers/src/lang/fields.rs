@@ -112,7 +112,8 @@ impl Compiler<'_> {
             "volume" => {
                 let (volume, span) = self.name(st, 0, "a volume name")?;
                 let (path, _) = self.text(st, 1, "a mount path")?;
-                self.volume_refs.push((volume.clone(), span));
+                self.volume_refs
+                    .push((volume.clone(), span, spec.name.clone()));
                 spec.volumes.push(VolumeMount { volume, path });
             }
             "stateful" => spec.stateful = true,

@@ -2,9 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use ccattler_core::schema::{NodeStatus, Placement, Resources};
+use ccattler_core::schema::{Memory, NodeStatus, Placement, Resources};
 
-use super::{Existing, Move, Node, Ports, Rebalance, Request, Schedule, ScheduleInput, schedule};
+use super::{
+    Existing, Move, Node, Ports, Rebalance, Request, Schedule, ScheduleInput, VolumeNeed, schedule,
+};
 
 /// An instance, existing (with a node) or requested (without).
 #[derive(Clone, Debug, Default)]
@@ -20,6 +22,8 @@ pub(crate) struct Inst {
     pub any: u32,
     /// The host ports an existing instance holds.
     pub held: Vec<u16>,
+    /// The volumes it mounts.
+    pub volumes: Vec<VolumeNeed<'static>>,
 }
 
 impl Inst {
@@ -39,6 +43,8 @@ pub(crate) struct Fixture {
     pub existing: Vec<Inst>,
     pub requests: Vec<Inst>,
     pub rebalance: Rebalance,
+    /// What attached volumes reserve of each node's storage.
+    pub storage: Vec<(&'static str, Memory)>,
 }
 
 /// What a schedule decided, owned.
@@ -150,6 +156,29 @@ impl Fixture {
         self
     }
 
+    /// Makes the last request mount volume `name` of `size`, attached to `node` if given.
+    pub(super) fn volume(
+        mut self,
+        name: &'static str,
+        size: &str,
+        node: Option<&'static str>,
+    ) -> Self {
+        if let Some(last) = self.requests.last_mut() {
+            last.volumes.push(VolumeNeed {
+                name,
+                size: size.parse().expect("size"),
+                node,
+            });
+        }
+        self
+    }
+
+    /// Reserves `size` of node `node`'s storage for the volumes attached there.
+    pub(super) fn attached(mut self, node: &'static str, size: &str) -> Self {
+        self.storage.push((node, size.parse().expect("size")));
+        self
+    }
+
     /// The requests as the scheduler takes them.
     pub(super) fn borrowed_requests(&self) -> Vec<Request<'_>> {
         self.requests
@@ -160,6 +189,7 @@ impl Fixture {
                 resources: i.resources,
                 placement: &i.placement,
                 ports: i.ports(),
+                volumes: &i.volumes,
             })
             .collect()
     }
@@ -182,6 +212,7 @@ impl Fixture {
                 placement: &i.placement,
                 ports: &i.held,
                 needs: i.ports(),
+                pinned: !i.volumes.is_empty(),
             })
             .collect();
         let requests = self.borrowed_requests();
@@ -191,6 +222,7 @@ impl Fixture {
             requests: &requests,
             rebalance: self.rebalance,
             reserved: None,
+            storage: &self.storage,
         }))
     }
 

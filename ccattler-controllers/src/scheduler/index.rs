@@ -12,6 +12,7 @@ use std::rc::Rc;
 use ccattler_core::schema::{Placement, Resources, ZonePolicy};
 
 use super::ports::HostPorts;
+use super::volume::Storage;
 use super::{Node, ScheduleInput};
 
 /// A small, fast, deterministic hasher for the per-call maps (keys are short names). Iteration
@@ -197,6 +198,8 @@ pub(crate) struct Index<'a> {
     pub usage: Vec<Usage>,
     /// Each node's host ports.
     pub ports: Vec<HostPorts>,
+    /// Each node's storage for volumes.
+    pub storage: Vec<Storage>,
     pub by_name: FastMap<&'a str, u32>,
     /// Zone number of each node (`None` is a zone of its own for spreading).
     pub zone_of: Vec<u32>,
@@ -214,6 +217,13 @@ impl<'a> Index<'a> {
         let mut zone_of = Vec::with_capacity(nodes.len());
         let mut usage = Vec::with_capacity(nodes.len());
         let ports = nodes.iter().map(|n| HostPorts::new(n.ports)).collect();
+        let storage = nodes
+            .iter()
+            .map(|n| Storage {
+                cap: n.storage.bytes(),
+                used: 0,
+            })
+            .collect();
         for (i, node) in nodes.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             by_name.entry(node.name).or_insert(i);
@@ -230,6 +240,7 @@ impl<'a> Index<'a> {
             nodes,
             usage,
             ports,
+            storage,
             by_name,
             zone_of,
             zones: zone_ids.len(),

@@ -97,6 +97,7 @@ mod ports;
 mod reason;
 mod rebalance;
 mod types;
+mod volume;
 
 #[cfg(test)]
 mod fixture;
@@ -105,6 +106,7 @@ pub(crate) use live::{LiveIndex, Placed};
 pub use ports::port_needs;
 pub use reason::{Rejection, Unsatisfied};
 pub use types::{Existing, Move, Node, Ports, Rebalance, Request, Schedule, ScheduleInput};
+pub use volume::VolumeNeed;
 
 use index::{FastMap, Index};
 use place::{Counts, Outcome, order, place_run, same_run};
@@ -128,6 +130,12 @@ pub fn schedule<'a>(input: &ScheduleInput<'a>) -> Schedule<'a> {
     for (node, need) in input.reserved.unwrap_or_default() {
         if let Some(&n) = index.by_name.get(node) {
             index.reserve(n, *need);
+        }
+    }
+    for (node, size) in input.storage {
+        if let Some(&n) = index.by_name.get(node) {
+            let storage = &mut index.storage[n as usize];
+            storage.used = storage.used.saturating_add(size.bytes());
         }
     }
     let mut last_node: Option<(&str, u32)> = None;
@@ -169,7 +177,7 @@ pub fn schedule<'a>(input: &ScheduleInput<'a>) -> Schedule<'a> {
                 &mut index,
                 &mut counts,
                 first.placement,
-                (first.resources, first.ports),
+                (first.resources, first.ports, first.volumes),
                 run.len(),
             );
             for (request, outcome) in run.iter().zip(outcomes) {

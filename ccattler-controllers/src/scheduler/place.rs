@@ -17,7 +17,7 @@ use std::collections::BinaryHeap;
 use ccattler_core::schema::{Placement, Resources, ZonePolicy};
 
 use super::index::{Index, Rank};
-use super::{Ports, Request, Unsatisfied};
+use super::{Ports, Request, Unsatisfied, VolumeNeed};
 
 /// The processing order: by service, then instance id.
 pub(crate) fn order<'r, 'a>(requests: &'r [Request<'a>]) -> Vec<&'r Request<'a>> {
@@ -26,10 +26,12 @@ pub(crate) fn order<'r, 'a>(requests: &'r [Request<'a>]) -> Vec<&'r Request<'a>>
     sorted
 }
 
-/// Whether two requests of one service form one run (equal resources, ports and placement).
+/// Whether two requests of one service form one run (equal resources, ports, volumes and
+/// placement).
 pub(crate) fn same_run(a: &Request<'_>, b: &Request<'_>) -> bool {
     a.resources == b.resources
         && a.ports == b.ports
+        && a.volumes == b.volumes
         && (std::ptr::eq(a.placement, b.placement) || a.placement == b.placement)
 }
 
@@ -76,13 +78,13 @@ pub(crate) enum Outcome<'a> {
     Unsatisfied(Unsatisfied<'a>),
 }
 
-/// Places one run of requests (same service, resources, ports and placement), updating usage,
-/// host ports and counts. Returns one outcome per request.
+/// Places one run of requests (same service, resources, ports, volumes and placement), updating
+/// usage, host ports, storage and counts. Returns one outcome per request.
 pub(crate) fn place_run<'a>(
     index: &mut Index<'a>,
     counts: &mut Counts,
     placement: &'a Placement,
-    (need, ports): (Resources, Ports<'_>),
+    (need, ports, volumes): (Resources, Ports<'_>, &'a [VolumeNeed<'a>]),
     k: usize,
 ) -> Vec<Outcome<'a>> {
     let spread = matches!(placement.zone, Some(ZonePolicy::Spread));
@@ -90,9 +92,15 @@ pub(crate) fn place_run<'a>(
     let prefer = prefer.as_deref();
     let eligible = index.eligible(placement);
     let idx = &*index;
+    let fits = |idx: &Index<'a>, n: u32| {
+        let i = n as usize;
+        idx.usage[i].fits(need)
+            && idx.ports[i].fits(ports)
+            && idx.storage[i].check(idx.nodes[i].name, volumes).is_ok()
+    };
     let candidates = eligible
         .iter()
-        .filter(|&&n| idx.usage[n as usize].fits(need) && idx.ports[n as usize].fits(ports))
+        .filter(|&&n| fits(idx, n))
         .map(|&n| idx.rank(n, counts.node[n as usize], prefer, need));
     // One queue per zone when spreading, else a single queue.
     let mut queues: Vec<Vec<Reverse<Rank<'a>>>> =
@@ -131,9 +139,9 @@ pub(crate) fn place_run<'a>(
         let Some((_, top, heap)) = best else {
             let why = Unsatisfied::diagnose(
                 index.nodes,
-                (&index.usage, &index.ports),
+                (&index.usage, &index.ports, &index.storage),
                 placement,
-                (need, ports),
+                (need, ports, volumes),
             );
             while out.len() < k {
                 out.push(Outcome::Unsatisfied(why.clone()));
@@ -144,9 +152,10 @@ pub(crate) fn place_run<'a>(
         let n = top.node;
         index.usage[n as usize].add(need);
         index.ports[n as usize].take(ports);
+        index.storage[n as usize].take(volumes);
         counts.add(n, index.zone_of[n as usize]);
         out.push(Outcome::Placed(n));
-        if index.usage[n as usize].fits(need) && index.ports[n as usize].fits(ports) {
+        if fits(index, n) {
             heap.push(Reverse(index.rank(
                 n,
                 counts.node[n as usize],

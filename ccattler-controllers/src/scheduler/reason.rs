@@ -6,7 +6,8 @@ use ccattler_core::schema::{Cpu, Memory, Placement, Resources, ZonePolicy};
 
 use super::index::Usage;
 use super::ports::{HostPorts, PortsRejection};
-use super::{Node, Ports};
+use super::volume::{Storage, VolumeMiss};
+use super::{Node, Ports, VolumeNeed};
 
 /// Why one node cannot take a request: the first hard filter it fails, in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -14,6 +15,13 @@ use super::{Node, Ports};
 pub enum Rejection<'a> {
     /// The node is not alive.
     NotAlive,
+    /// A volume the request mounts is attached to another node: its data is there.
+    VolumeElsewhere {
+        /// The volume (the first such one the request mounts).
+        volume: &'a str,
+        /// The node it is attached to.
+        node: &'a str,
+    },
     /// The node has another architecture than the one required.
     Architecture {
         /// The architecture the service requires.
@@ -46,6 +54,12 @@ pub enum Rejection<'a> {
         /// What the request needs.
         needs: Memory,
     },
+    /// What is left of the node's storage is too little for the volumes the request mounts
+    /// that are not attached anywhere yet.
+    Storage {
+        /// Their sizes added up.
+        needs: Memory,
+    },
     /// A host port the request needs by number is held by another instance (the smallest).
     PortTaken {
         /// The port.
@@ -62,12 +76,16 @@ impl<'a> Rejection<'a> {
     /// The first filter `node` fails for a request, or `None` when it could take it.
     pub(crate) fn of(
         node: &Node<'a>,
-        (usage, host_ports): (&Usage, &HostPorts),
+        (usage, host_ports, storage): (&Usage, &HostPorts, &Storage),
         placement: &'a Placement,
-        (need, ports): (Resources, Ports<'_>),
+        (need, ports, volumes): (Resources, Ports<'_>, &[VolumeNeed<'a>]),
     ) -> Option<Self> {
         if !node.alive {
             return Some(Rejection::NotAlive);
+        }
+        let volume = storage.check(node.name, volumes);
+        if let Err(VolumeMiss::Elsewhere { volume, node }) = volume {
+            return Some(Rejection::VolumeElsewhere { volume, node });
         }
         if let Some(wanted) = placement.architecture.as_deref()
             && wanted != node.architecture
@@ -104,6 +122,9 @@ impl<'a> Rejection<'a> {
         if !usage.fits(need) {
             return Some(Rejection::Memory { needs: need.memory });
         }
+        if let Err(VolumeMiss::Storage { needs }) = volume {
+            return Some(Rejection::Storage { needs });
+        }
         match host_ports.check(ports) {
             Err(PortsRejection::Taken(port)) => Some(Rejection::PortTaken { port }),
             Err(PortsRejection::TooFew) => Some(Rejection::NoFreePort { needs: ports.any }),
@@ -119,6 +140,9 @@ impl<'a> Rejection<'a> {
         };
         match self {
             Rejection::NotAlive => write!(f, "{is} not alive"),
+            Rejection::VolumeElsewhere { volume, node } => {
+                write!(f, "{is} not {node}, where volume {volume} is attached")
+            }
             Rejection::Architecture { wanted } => {
                 write!(f, "{is} not {wanted} (architecture mismatch)")
             }
@@ -127,6 +151,9 @@ impl<'a> Rejection<'a> {
             Rejection::Taint { taint } => write!(f, "{is} tainted {taint} (not accepted)"),
             Rejection::Cpu { needs } => write!(f, "{has} too little cpu (needs {needs})"),
             Rejection::Memory { needs } => write!(f, "{has} too little memory (needs {needs})"),
+            Rejection::Storage { needs } => {
+                write!(f, "{has} too little storage for volumes (needs {needs})")
+            }
             Rejection::PortTaken { port } => write!(f, "{has} host port {port} taken"),
             Rejection::NoFreePort { needs } => {
                 write!(f, "{has} too few free host ports (needs {needs})")
@@ -164,13 +191,14 @@ impl<'a> Unsatisfied<'a> {
     /// Counts every node's first failing filter. Nodes that pass every filter are not counted.
     pub(crate) fn diagnose(
         nodes: &[Node<'a>],
-        (usage, host_ports): (&[Usage], &[HostPorts]),
+        (usage, host_ports, storage): (&[Usage], &[HostPorts], &[Storage]),
         placement: &'a Placement,
-        (need, ports): (Resources, Ports<'_>),
+        needs: (Resources, Ports<'_>, &[VolumeNeed<'a>]),
     ) -> Self {
         let mut rejections: Vec<(Rejection<'a>, usize)> = Vec::new();
-        for ((node, usage), held) in nodes.iter().zip(usage).zip(host_ports) {
-            if let Some(r) = Rejection::of(node, (usage, held), placement, (need, ports)) {
+        let tables = usage.iter().zip(host_ports).zip(storage);
+        for (node, ((usage, held), storage)) in nodes.iter().zip(tables) {
+            if let Some(r) = Rejection::of(node, (usage, held, storage), placement, needs) {
                 match rejections.iter_mut().find(|(seen, _)| *seen == r) {
                     Some((_, n)) => *n += 1,
                     None => rejections.push((r, 1)),

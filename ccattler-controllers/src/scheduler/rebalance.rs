@@ -53,7 +53,7 @@ pub(crate) fn rebalance_service<'a>(
     // Movable instances per eligible node, largest instance id first.
     let mut movable: FastMap<u32, Vec<u32>> = FastMap::default();
     for &(e, n) in mine {
-        if on_eligible(n) {
+        if on_eligible(n) && !existing[e as usize].pinned {
             movable.entry(n).or_default().push(e);
         }
     }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, PortRange, Resources};
 
-use super::Unsatisfied;
+use super::{Unsatisfied, VolumeNeed};
 
 /// A node as the scheduler sees it: allocatable capacity, the attributes placement filters on,
 /// and whether it is alive.
@@ -28,6 +28,8 @@ pub struct Node<'a> {
     pub alive: bool,
     /// The host ports it hands out to declared ports that are not fixed.
     pub ports: PortRange,
+    /// The storage it offers to volumes (see [`ScheduleInput::storage`] for what is reserved).
+    pub storage: Memory,
 }
 
 impl<'a> Node<'a> {
@@ -43,6 +45,7 @@ impl<'a> Node<'a> {
             architecture: &status.architecture,
             alive,
             ports: status.ports,
+            storage: status.storage,
         }
     }
 }
@@ -65,6 +68,8 @@ pub struct Existing<'a> {
     pub ports: &'a [u16],
     /// The host ports it would need on another node (for [`Schedule::rebalance`] moves).
     pub needs: Ports<'a>,
+    /// It mounts a volume, whose data is on its node: never moved.
+    pub pinned: bool,
 }
 
 /// An instance to place.
@@ -80,6 +85,9 @@ pub struct Request<'a> {
     pub placement: &'a Placement,
     /// The host ports it needs on its node.
     pub ports: Ports<'a>,
+    /// The volumes it mounts: it goes to the node they are attached to, if any, and those not
+    /// attached yet need their sizes of the node's storage.
+    pub volumes: &'a [VolumeNeed<'a>],
 }
 
 /// The host ports an instance needs on its node.
@@ -126,6 +134,8 @@ pub struct ScheduleInput<'a> {
     /// services it places, and a call costs time in proportion to nodes and those services, not
     /// to every instance of the cluster.
     pub reserved: Option<&'a [(&'a str, Resources)]>,
+    /// What the volumes attached to each node reserve of its storage (nodes not listed: none).
+    pub storage: &'a [(&'a str, Memory)],
 }
 
 /// A suggestion to move an existing instance: start a replacement on `to`, then stop the one on

@@ -75,6 +75,7 @@ fn cluster() -> FactView {
                 version: version.clone(),
                 state: DesiredState::Running,
                 ports: Vec::new(),
+                volumes: Vec::new(),
             };
             put(
                 schema::keys::placement(node, &id).expect("key"),

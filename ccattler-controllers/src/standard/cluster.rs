@@ -22,7 +22,7 @@ use imbl::{OrdMap, OrdSet};
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, InstanceObservation,
     Memory, NodeStatus, ObservedState, PortBinding, RebalanceMove, RecordKey, RestartPolicy,
-    ServiceSpec,
+    ServiceSpec, VolumeSpec,
 };
 use ccattler_core::{Fact, FactView, Key, Revision};
 
@@ -154,6 +154,8 @@ struct PlacementKey {
     service: String,
     /// The host ports it was given.
     ports: Vec<PortBinding>,
+    /// The volumes attached to it, as they were declared when it was placed.
+    volumes: Vec<VolumeSpec>,
 }
 
 /// One node's observation of an instance: the node, the observation and its mod revision.
@@ -350,6 +352,15 @@ impl Cluster {
             .map_or(&[], |p| p.ports.as_slice())
     }
 
+    /// The volumes instance `id`'s placement (the one that counts) carries; none when it is
+    /// not placed or mounts none.
+    pub fn placed_volumes(&self, id: &str) -> &[VolumeSpec] {
+        self.records
+            .get(id)
+            .and_then(|r| r.placements.first())
+            .map_or(&[], |p| p.volumes.as_slice())
+    }
+
     /// The host ports held on `node` by the instances placed there (those whose record is
     /// gone too, until their placement is deleted).
     pub fn host_ports_on(&self, node: &str) -> std::collections::BTreeSet<u16> {
@@ -539,6 +550,7 @@ impl Cluster {
                         revision,
                         service: service.clone(),
                         ports: assignment.ports,
+                        volumes: assignment.volumes,
                     };
                     match at {
                         Ok(i) => keys[i] = entry,

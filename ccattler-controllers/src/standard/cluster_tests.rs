@@ -49,6 +49,7 @@ fn world() -> FactView {
             version: "v".into(),
             state: DesiredState::Running,
             ports: Vec::new(),
+            volumes: Vec::new(),
         };
         view.insert(fact(
             keys::placement(node, &id).unwrap(),
@@ -418,6 +419,7 @@ mod model {
             version: String::new(),
             state: DesiredState::Running,
             ports: Vec::new(),
+            volumes: Vec::new(),
         };
         view.insert(fact(
             keys::placement(NODES[n], id).unwrap(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ccattler_core::schema::{
     self, DesiredInstance, DesiredState, EffectiveService, RebalanceMove, RestartPolicy,
-    UpdatePolicy,
+    ServiceSpec, UpdatePolicy,
 };
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
@@ -88,6 +88,10 @@ use super::stop_order::stop_order;
 /// So a new version that runs but never becomes ready stops no more than `max_unavailable`
 /// ready old instances: with `max_unavailable 0` every old ready instance keeps running, and the
 /// rollout waits (at most `max_extra` new instances exist) until new instances become ready.
+///
+/// A service that mounts volumes is updated with `max_extra` 0 whatever its policy says: its
+/// volume is attached to one instance at a time, so an old instance is stopped before its
+/// replacement can start (and such a service is never rebalanced).
 ///
 /// While the rollout is paused ([`EffectiveService::paused`]), old instances that still run or
 /// will run count toward the count and are not stopped for their version; a deficit is made up
@@ -190,7 +194,7 @@ impl Controller for InstanceController {
                 suggested: cluster.moves.get(service),
                 service,
                 restart: spec.map(|s| s.restart).unwrap_or_default(),
-                update: spec.map(|s| s.update).unwrap_or_default(),
+                update: spec.map(update_policy).unwrap_or_default(),
                 stateful: spec.is_some_and(|s| s.stateful),
                 instances: &instances,
                 cluster: &cluster,
@@ -212,6 +216,21 @@ impl Controller for InstanceController {
         }
         self.cache.finish(with_changes);
         Ok(changes)
+    }
+}
+
+/// The update policy the controller follows for `spec`: its own, except that a service that
+/// mounts volumes never runs an instance above its count (`max_extra` 0). A volume is attached
+/// to one instance at a time, so a replacement could not start before the instance it replaces
+/// is gone: it is stopped first.
+fn update_policy(spec: &ServiceSpec) -> UpdatePolicy {
+    if spec.volumes.is_empty() {
+        spec.update
+    } else {
+        UpdatePolicy {
+            max_extra: 0,
+            ..spec.update
+        }
     }
 }
 

@@ -15,7 +15,7 @@
 //! | [`RolloutController`] | services, effective, instances, placements, observations, node leases, rollout requests, its own records | `rollout/service/`, `rollout/spec/` |
 //! | [`IntentResolver`] | services, autoscaler intents, rollouts | `effective/service/` |
 //! | [`InstanceController`] | effective, services, placements, observations, node leases, rebalance moves | `desired/instance/` |
-//! | [`SchedulerController`] | instances, services, nodes, node leases | `placement/`, `status/unschedulable/`, `status/rebalance/` |
+//! | [`SchedulerController`] | instances, services, volumes, nodes, node leases | `placement/`, `volume/attachment/`, `status/unschedulable/`, `status/rebalance/` |
 //! | [`EndpointController`] | services, instances, placements, observations, node leases | `endpoint/service/` |
 //! | [`NetworkController`] | network policy, placements, nodes | `network/node/` |
 //! | [`StatusController`] | services, effective, instances, placements, observations, node leases | `status/service/` |
@@ -49,6 +49,7 @@ mod shared;
 mod spread;
 mod status;
 mod stop_order;
+mod volumes;
 
 pub use autoscaler::Autoscaler;
 pub use cache::{ClusterCache, PlanCache};

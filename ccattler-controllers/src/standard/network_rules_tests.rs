@@ -34,6 +34,7 @@ fn inputs(rules: &[(RuleAction, &str, &str, Option<u16>)], placed: &[Placement])
                 .iter()
                 .map(|&(port, host)| PortBinding { port, host })
                 .collect(),
+            volumes: Vec::new(),
         };
         inputs.apply(&key, Some(&fact(key.clone(), schema::encode(&assignment))));
     }
@@ -137,6 +138,7 @@ fn rules_follow_a_caller_that_moves() {
         version: "v".into(),
         state: DesiredState::Running,
         ports: Vec::new(),
+        volumes: Vec::new(),
     };
     inputs.apply(
         &moved,

@@ -83,6 +83,7 @@ fn run(steps: Vec<Step>) {
                                 host: 20001 + k as u16 * 2 + s as u16 * 10,
                             },
                         ],
+                        volumes: Vec::new(),
                     };
                     let key = keys::placement(&format!("n{n}"), &id).unwrap();
                     put(&mut view, &mut revision, key, schema::encode(&assignment));
@@ -188,6 +189,7 @@ fn without_a_policy_nothing_is_written_and_rules_go_with_it() {
             port: 80,
             host: 20000,
         }],
+        volumes: Vec::new(),
     };
     let key = keys::placement("n0", "b-0").unwrap();
     view.insert(Fact::created(key, schema::encode(&assignment), Revision(2)));

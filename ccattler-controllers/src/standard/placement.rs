@@ -13,7 +13,8 @@ use super::cluster::Cluster;
 use super::events::placement_events;
 use super::host_ports;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
-use crate::scheduler::{LiveIndex, Placed, Ports, Request};
+use super::volumes::Volumes;
+use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 
 /// Writes `placement/{node}/{id}` for every running instance without one,
 /// `status/unschedulable/{id}` with the reason for those that fit nowhere, and
@@ -38,6 +39,20 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request};
 /// than the node one more instance would be placed on. See "Cost" for when services are
 /// judged.
 ///
+/// # Volumes
+///
+/// An instance that mounts volumes (`volume NAME /path` in its service) is placed only where
+/// they can be: on the node a volume is attached to (`volume/attachment/{vol}`: its data is
+/// there), or, for a volume attached nowhere yet, on a node whose storage left (what it reports,
+/// less the sizes of the volumes attached there) takes the volume's declared size. A volume is
+/// attached to one instance at a time: an instance whose volume another instance still holds
+/// waits, with a reason naming that instance. The attachment is written in the pass that
+/// places the instance, ahead of its placement; a persistent volume stays attached to its node
+/// once its instance is gone, any other volume's attachment goes with its instance. So the
+/// replacement of an instance with a persistent volume runs where the data is, and while that
+/// node is down or full, its reason says so (`0/3 nodes can run it: 2 are not n1, where volume
+/// data is attached, 1 is not alive`); no data is moved or deleted for it.
+///
 /// # Guarantees
 ///
 /// - An instance is never assigned twice: existing placements are kept until the instance
@@ -58,6 +73,8 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request};
 /// places, not for every node: after one node of 10,000 dies, placing its ten instances elsewhere
 /// reads a handful of nodes, about as fast as in a cluster of 1,000. The first pass, or the first
 /// after a failed one, reads everything.
+/// Each pass reads the volume declarations and attachments (a few records per volume). A
+/// request that mounts a volume attached to a node may look at every node to find that one.
 /// An instance that fits nowhere costs a pass over every node, to count in its
 /// [`Unsatisfied`](crate::scheduler::Unsatisfied) reason why each node cannot take it.
 ///
@@ -94,6 +111,7 @@ impl Controller for SchedulerController {
             schema::DESIRED_SERVICES.into(),
             schema::OBSERVED_NODES.into(),
             schema::NODE_LEASES.into(),
+            schema::DESIRED_VOLUMES.into(),
         ]
     }
 
@@ -103,6 +121,7 @@ impl Controller for SchedulerController {
             schema::UNSCHEDULABLE.into(),
             schema::PLACED.into(),
             schema::REBALANCE_MOVES.into(),
+            schema::VOLUME_ATTACHMENTS.into(),
         ]
     }
 
@@ -157,6 +176,7 @@ fn mirror(
             version: instance.desired.version.clone(),
             state: instance.desired.state,
             ports: cluster.host_ports(id).to_vec(),
+            volumes: cluster.placed_volumes(id).to_vec(),
         });
         if facts.get(key.as_str()).map(|f| &f.value) != Some(&wanted) {
             changes.push(Change::put(key.clone(), wanted));
@@ -184,11 +204,31 @@ fn plan(
                 .or_insert_with(|| crate::scheduler::port_needs(spec));
         }
     }
-    let mut requests = Vec::new();
-    for instance in cluster.unplaced() {
-        let Some(spec) = cluster.services.get(&instance.desired.service) else {
-            continue; // deleted: the instance controller stops it
-        };
+    // The volumes each request mounts, or why it waits (held by another instance).
+    let volumes = Volumes::read(facts);
+    index.reset_storage(volumes.reserved());
+    let candidates: Vec<_> = cluster
+        .unplaced()
+        .filter_map(|instance| {
+            let spec = cluster.services.get(&instance.desired.service)?;
+            Some((instance, spec, Volumes::names(instance, spec)))
+        })
+        .collect(); // an instance of a deleted service is left out: the instance controller stops it
+    let mut claimed = BTreeMap::new();
+    let mut waiting: Vec<(&str, String)> = Vec::new();
+    let mut mounts: Vec<Vec<VolumeNeed<'_>>> = Vec::new();
+    let mut unplaced = Vec::new();
+    for (instance, spec, names) in &candidates {
+        match volumes.needs(cluster, instance, (spec, names), &mut claimed) {
+            Ok(need) => {
+                mounts.push(need);
+                unplaced.push((*instance, *spec));
+            }
+            Err(why) => waiting.push((&instance.id, why)),
+        }
+    }
+    let mut requests = Vec::with_capacity(unplaced.len());
+    for ((instance, spec), volumes) in unplaced.into_iter().zip(&mounts) {
         let ports = needs
             .get(instance.desired.service.as_str())
             .map_or(Ports::NONE, |(fixed, any)| Ports { fixed, any: *any });
@@ -198,6 +238,7 @@ fn plan(
             resources: spec.resources,
             placement: &spec.placement,
             ports,
+            volumes,
         });
     }
     let Placed {
@@ -208,6 +249,7 @@ fn plan(
     } else {
         index.place(&requests)
     };
+    unsatisfied.extend(waiting);
     // Node by node: the commits go out in transactions of a bounded size, and a node that hears
     // of its placements together fetches, starts and reports them together.
     let mut by_node: Vec<(&str, &String)> = placements.iter().map(|(i, n)| (*i, n)).collect();
@@ -221,11 +263,18 @@ fn plan(
         .collect();
     let (mut host_ports, no_port) = host_ports::allocate(cluster, &with_spec);
     unsatisfied.extend(no_port);
+    let mut attached = BTreeSet::new();
     for (instance, node) in by_node {
         let desired = &cluster.instances[instance].desired;
         let Some(ports) = host_ports.remove(instance) else {
             continue; // no host port left on its node: placed again next pass
         };
+        // Its volumes' attachments go first: no placement lands without them.
+        let carried = match cluster.services.get(&desired.service) {
+            Some(spec) => volumes.attach(&cluster.instances[instance], node, spec, changes)?,
+            None => Vec::new(),
+        };
+        attached.extend(carried.iter().map(|v| v.name.clone()));
         // Beside the placement, the one key that guards where this instance goes: a view that
         // missed its placement elsewhere (watches of different prefixes lag apart) holds an
         // older revision of it, so this commit conflicts instead of placing it twice.
@@ -242,9 +291,11 @@ fn plan(
                 version: desired.version.clone(),
                 state: DesiredState::Running,
                 ports,
+                volumes: carried,
             }),
         ));
     }
+    volumes.release(cluster, &attached, changes);
     for (instance, reason) in &unsatisfied {
         let service = &cluster.instances[*instance].desired.service;
         changes.push(Change::put(

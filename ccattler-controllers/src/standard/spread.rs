@@ -128,6 +128,9 @@ fn settled_move(cluster: &Cluster, index: &mut LiveIndex, service: &str) -> Sett
     let Some(spec) = cluster.services.get(service) else {
         return Settled::Balanced;
     };
+    if !spec.volumes.is_empty() {
+        return Settled::Balanced; // its instances' data is on their nodes: never moved
+    }
     let mut version = None;
     // Per alive node: (count, newest instance id).
     let mut per_node: BTreeMap<&str, (u32, &str)> = BTreeMap::new();
@@ -161,6 +164,7 @@ fn settled_move(cluster: &Cluster, index: &mut LiveIndex, service: &str) -> Sett
         resources: spec.resources,
         placement: &spec.placement,
         ports: crate::scheduler::Ports::NONE,
+        volumes: &[],
     };
     let placed = index.place(&[probe]);
     let Some(to) = placed.placements.get(PROBE) else {

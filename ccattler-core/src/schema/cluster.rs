@@ -118,6 +118,14 @@ pub struct Assignment {
     /// No two instances on a node are given one host port.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PortBinding>,
+    /// The declarations of the volumes the instance mounts, as they were when it was placed,
+    /// each under its name for this instance ([`volume_claim`](super::volume_claim)) and
+    /// attached to it (see [`VolumeAttachment`](super::VolumeAttachment)). The agent
+    /// keeps a persistent volume's data on the node across instances and deletes the data of
+    /// the others with the instance; a declaration changed later does not change where a
+    /// placed instance's data is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<super::VolumeSpec>,
 }
 
 /// A declared port and the host port given to it.
@@ -156,6 +164,10 @@ pub struct NodeStatus {
     /// placed here; 20000-29999 unless the agent says otherwise.
     #[serde(skip_serializing_if = "PortRange::is_default")]
     pub ports: PortRange,
+    /// The storage the node offers to volumes: the sizes of the volumes attached here never add
+    /// up to more. Zero (the default): the node takes no instance that mounts a volume.
+    #[serde(skip_serializing_if = "Memory::is_zero")]
+    pub storage: Memory,
 }
 
 /// A range of host ports, both ends included.

@@ -26,9 +26,14 @@ use super::*;
 pub fn service(name: &str) -> Result<Key, KeyError> {
     Key::join(DESIRED_SERVICES, [name])
 }
-/// `desired/volume/{vol}`.
+/// `desired/volume/{vol}`. A volume's name names a directory on its node too: no segment of
+/// it may be `.` or `..`.
 pub fn volume(name: &str) -> Result<Key, KeyError> {
-    Key::join(DESIRED_VOLUMES, [name])
+    Key::join(DESIRED_VOLUMES, [path_name(name)?])
+}
+/// `volume/attachment/{vol}`, `vol` a name of [`volume_claim`](super::volume_claim).
+pub fn volume_attachment(name: &str) -> Result<Key, KeyError> {
+    Key::join(VOLUME_ATTACHMENTS, [path_name(name)?])
 }
 /// `desired/network/policy`.
 pub fn network_policy() -> Key {
@@ -147,6 +152,17 @@ pub fn node_event_writer(node: &str) -> String {
     format!("node.{node}")
 }
 
+/// A name that is also a path on a node: no segment `.` or `..`.
+fn path_name(name: &str) -> Result<&str, KeyError> {
+    if name.split('/').any(|part| part == "." || part == "..") {
+        Err(KeyError::EmptySegment(format!(
+            "{name} (a volume's name names a directory: no `.` or `..` in it)"
+        )))
+    } else {
+        Ok(name)
+    }
+}
+
 /// Node names and instance ids are single key segments.
 fn segment(name: &str) -> Result<&str, KeyError> {
     if name.contains('/') {
@@ -167,6 +183,8 @@ pub enum RecordKey<'k> {
     Service(&'k str),
     /// `desired/volume/{vol}`.
     Volume(&'k str),
+    /// `volume/attachment/{vol}`.
+    VolumeAttachment(&'k str),
     /// `desired/network/policy`.
     NetworkPolicy,
     /// `secret/{name}`.
@@ -266,6 +284,8 @@ impl<'k> RecordKey<'k> {
             RecordKey::Service(n)
         } else if let Some(n) = name(DESIRED_VOLUMES) {
             RecordKey::Volume(n)
+        } else if let Some(n) = name(VOLUME_ATTACHMENTS) {
+            RecordKey::VolumeAttachment(n)
         } else if let Some(n) = name(SECRETS) {
             RecordKey::Secret(n)
         } else if let Some(n) = name(AUTOSCALER_INTENTS) {
@@ -341,6 +361,7 @@ impl<'k> RecordKey<'k> {
         match *self {
             RecordKey::Service(n) => service(n),
             RecordKey::Volume(n) => volume(n),
+            RecordKey::VolumeAttachment(n) => volume_attachment(n),
             RecordKey::NetworkPolicy => Ok(network_policy()),
             RecordKey::Secret(n) => secret(n),
             RecordKey::ScaleIntent(n) => scale_intent(n),
@@ -469,6 +490,7 @@ mod tests {
         let cases = [
             RecordKey::Service("team/web"),
             RecordKey::Volume("data"),
+            RecordKey::VolumeAttachment("team/data"),
             RecordKey::NetworkPolicy,
             RecordKey::Secret("db/password"),
             RecordKey::ScaleIntent("web"),
@@ -554,6 +576,8 @@ mod tests {
         ] {
             assert!(!node_may_write("n1", key), "{key}");
         }
+        assert!(volume("data/../etc").is_err() && volume_attachment("./data").is_err());
+        assert!(volume("team/data.v2").is_ok());
         assert_eq!(node_placements("n1").unwrap(), "placement/n1/");
         assert!(node_placements("a/b").is_err());
     }

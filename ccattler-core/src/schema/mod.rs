@@ -20,6 +20,7 @@
 //! | `effective/service/{svc}` | [`EffectiveService`] | intent resolver |
 //! | `desired/instance/{id}` | [`DesiredInstance`] | instance controller |
 //! | `placement/{node}/{id}` | [`Assignment`] | scheduler |
+//! | `volume/attachment/{vol}` | [`VolumeAttachment`]: the node a volume's data is on, and its instance | scheduler |
 //! | `lease/node/{node}` | the node's name, attached to the node's store lease | that node's agent |
 //! | `observed/node/{node}` | [`NodeStatus`] | that node's agent |
 //! | `observed/instance/{node}/{id}` | [`InstanceObservation`] | that node's agent |
@@ -71,7 +72,7 @@ pub use service::{
     ZonePolicy,
 };
 pub use telemetry::{InstanceUsage, NodeTelemetry};
-pub use volume::VolumeSpec;
+pub use volume::{VolumeAttachment, VolumeSpec, claimed_volume, volume_claim};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -82,6 +83,8 @@ use crate::{Fact, Key, KeyError, Value};
 pub const DESIRED_SERVICES: &str = "desired/service/";
 /// Prefix of [`VolumeSpec`]s.
 pub const DESIRED_VOLUMES: &str = "desired/volume/";
+/// Prefix of [`VolumeAttachment`]s (`volume/attachment/{vol}`).
+pub const VOLUME_ATTACHMENTS: &str = "volume/attachment/";
 /// The key of the [`NetworkPolicy`].
 pub const DESIRED_NETWORK_POLICY: &str = "desired/network/policy";
 /// Prefix of every desired object a user's apply writes.

@@ -133,6 +133,11 @@ impl Memory {
         self.0
     }
 
+    /// Whether it is no memory at all.
+    pub const fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
+
     /// The sum, or `None` on overflow.
     pub fn checked_add(self, other: Memory) -> Option<Memory> {
         self.0.checked_add(other.0).map(Memory)

@@ -138,10 +138,14 @@ pub enum Action {
         /// Its files with their new contents.
         files: Vec<FileSpec>,
     },
-    /// Forget an ended instance. Report with [`done`](super::AgentLoop::done).
+    /// Forget an ended instance, then delete `data` (with all it holds) if given. Report with
+    /// [`done`](super::AgentLoop::done).
     Remove {
         /// The instance (or init step) id.
         id: String,
+        /// The directory of the instance's volumes that go with it (those not persistent), on
+        /// this node; `None` for an init step, whose volumes are its instance's.
+        data: Option<std::path::PathBuf>,
     },
     /// Read the last `lines` lines an ended init step printed, before it is removed. Report
     /// with [`read_output`](super::AgentLoop::read_output).
@@ -251,7 +255,7 @@ impl fmt::Display for Action {
             Action::UpdateFiles { id, files } => {
                 write!(f, "update_files {id} ({} files)", files.len())
             }
-            Action::Remove { id } => write!(f, "remove {id}"),
+            Action::Remove { id, .. } => write!(f, "remove {id}"),
             Action::ReadOutput { id, lines } => write!(f, "read_output {id} ({lines} lines)"),
             Action::Probe { id, kind, .. } => write!(f, "probe {} {id}", kind.name()),
             Action::SaveCache { desired } => {

@@ -33,6 +33,12 @@ pub struct AgentConfig {
     /// The host ports the scheduler gives to instances placed here, for their declared ports.
     /// Default 20000-29999. Nothing else on the node should listen in it.
     pub ports: PortRange,
+    /// The storage offered to volumes, whose data the agent keeps under
+    /// `{cache_dir}/volumes`: the scheduler attaches no more volumes here than their sizes add
+    /// up to. Default: the space free, when the config is made, on the filesystem that holds
+    /// `cache_dir` (zero when it cannot be read: no volume then comes here). Sizes are
+    /// reservations; the agent sets no quota on a volume's directory.
+    pub storage: Memory,
     /// Where the agent keeps the last desired state it saw (and its lease id). Required for
     /// the agent to keep workloads running when it restarts while the store is unreachable.
     pub cache_dir: PathBuf,
@@ -84,7 +90,9 @@ pub struct AgentConfig {
 impl AgentConfig {
     /// A config for `node`, caching under `cache_dir`, with this machine's capacity.
     pub fn new(node: impl Into<String>, cache_dir: impl Into<PathBuf>) -> Self {
+        let cache_dir = cache_dir.into();
         AgentConfig {
+            storage: free_space(&cache_dir),
             node: node.into(),
             cpu: machine_cpu(),
             memory: machine_memory(),
@@ -94,7 +102,7 @@ impl AgentConfig {
             architecture: machine_architecture().to_owned(),
             address: "127.0.0.1".to_owned(),
             ports: PortRange::DEFAULT,
-            cache_dir: cache_dir.into(),
+            cache_dir,
             persist_cache: true,
             lease_ttl: Duration::from_secs(10),
             renew_on: RenewOn::default(),
@@ -122,6 +130,7 @@ impl AgentConfig {
         config.zone = status.zone;
         config.architecture = status.architecture;
         config.address = status.address;
+        config.storage = status.storage;
         config
     }
 
@@ -251,8 +260,21 @@ impl AgentConfig {
             architecture: self.architecture.clone(),
             address: self.address.clone(),
             ports: self.ports,
+            storage: self.storage,
         }
     }
+}
+
+/// The space free to unprivileged users on the filesystem holding `dir` (or its nearest
+/// existing ancestor: the cache directory may not exist yet); zero when it cannot be read.
+fn free_space(dir: &std::path::Path) -> Memory {
+    let existing = dir.ancestors().find(|d| d.exists());
+    let free = existing
+        .and_then(|d| nix::sys::statvfs::statvfs(d).ok())
+        .map_or(0, |s| {
+            s.blocks_available().saturating_mul(s.fragment_size())
+        });
+    Memory::from_bytes(free)
 }
 
 fn machine_cpu() -> Cpu {

@@ -177,6 +177,7 @@ mod tests {
                 version: "v1".to_owned(),
                 state: DesiredState::Running,
                 ports: Vec::new(),
+                volumes: Vec::new(),
             },
         );
         let machine = AgentLoop::new(AgentConfig::new("n1", "/nonexistent/cache"), desired);

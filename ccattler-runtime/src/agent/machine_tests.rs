@@ -268,6 +268,7 @@ impl Step {
             version: spec.version(),
             state,
             ports: Vec::new(),
+            volumes: Vec::new(),
         };
         self.put(schema::keys::placement(NODE, id).expect("key"), &assignment);
     }

@@ -2,6 +2,7 @@
 //! starts, stops, removals and probes to perform. Pure: the results come back through
 //! [`AgentLoop::done`] and [`AgentLoop::probed`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ccattler_core::runner::Backoff;
@@ -12,7 +13,9 @@ use super::action::{Action, StopReason};
 use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::scope::Scope;
-use super::spec::{MissingSecret, init_id, init_spec, instance_spec, owner, restarts};
+use super::spec::{
+    MissingSecret, init_id, init_spec, instance_data, instance_spec, owner, restarts,
+};
 use super::work::Observing;
 
 /// How the reason of an instance whose spec is not fetched yet begins: a wait of a moment,
@@ -206,7 +209,10 @@ impl AgentLoop {
             if track.anew {
                 self.report_scope.mark(id);
                 match seen {
-                    Some(o) if o.state.has_ended() => self.work.push(id, remove(id)),
+                    Some(o) if o.state.has_ended() => {
+                        let data = instance_data(&self.volumes, id);
+                        self.work.push(id, remove(id, data));
+                    }
                     Some(_) => self.work.push(id, stop(id, grace, StopReason::PlacedAnew)),
                     None => track.anew = false,
                 }
@@ -330,7 +336,7 @@ impl AgentLoop {
                     }
                     Some(InstanceState::Exited { code: 0 }) => {
                         track.init_passed();
-                        self.work.push(id, remove(&step_id));
+                        self.work.push(id, remove(&step_id, None));
                     }
                     Some(state) if state.has_ended() => {
                         let how = if std::mem::take(&mut track.init_timed_out) {
@@ -357,7 +363,7 @@ impl AgentLoop {
                                 RuntimeOp::ReadOutput(id.to_owned(), step),
                             ),
                         );
-                        self.work.push(id, remove(&step_id));
+                        self.work.push(id, remove(&step_id, None));
                     }
                     Some(_) => {
                         let step_started = *track.started.get_or_insert(now);
@@ -407,7 +413,9 @@ impl AgentLoop {
                 continue;
             }
             if sample.instance.state.has_ended() {
-                self.work.push(id, remove(id));
+                // An init step's id names no directory: it holds none of its own.
+                let data = instance_data(&self.volumes, id);
+                self.work.push(id, remove(id, data));
             } else {
                 let grace = self.config.stop_grace;
                 self.work.push(id, stop(id, grace, StopReason::Unplaced));
@@ -480,9 +488,14 @@ fn stop(id: &str, grace: Duration, reason: StopReason) -> (Action, RuntimeOp) {
     )
 }
 
-fn remove(id: &str) -> (Action, RuntimeOp) {
+/// Removes `id` and then `data`, the directory of its volumes that go with it (see
+/// [`instance_data`](super::spec::instance_data); `None` for an init step).
+fn remove(id: &str, data: Option<PathBuf>) -> (Action, RuntimeOp) {
     (
-        Action::Remove { id: id.to_owned() },
+        Action::Remove {
+            id: id.to_owned(),
+            data,
+        },
         RuntimeOp::Remove(id.to_owned()),
     )
 }

@@ -1,8 +1,8 @@
 //! From the schema's service spec to the runtime's instance spec.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use ccattler_core::schema::{PortBinding, RestartPolicy, ServiceSpec};
+use ccattler_core::schema::{PortBinding, RestartPolicy, ServiceSpec, claimed_volume};
 use ccattler_core::{FileSpec, InstanceSpec, InstanceState, MountSpec};
 
 use super::cache::Desired;
@@ -65,15 +65,7 @@ pub(super) fn instance_spec(
             }
         }
     }
-    instance.mounts = spec
-        .volumes
-        .iter()
-        .map(|v| MountSpec {
-            source: volumes_dir.join(&v.volume),
-            target: v.path.clone(),
-            read_only: false,
-        })
-        .collect();
+    instance.mounts = mounts(id, spec, desired, volumes_dir);
     // The host ports the scheduler gave (a placement written before it gave any has none: the
     // declared ports then serve as they are).
     let given = desired.placements.get(id).map(|a| a.ports.as_slice());
@@ -91,6 +83,44 @@ pub(super) fn instance_spec(
     instance.cpu = spec.resources.cpu;
     instance.memory = spec.resources.memory;
     Ok(instance)
+}
+
+/// The mounts of placed instance `id`'s volumes. Where a volume's data is on the node follows
+/// what its placement carries (the volume's name for this instance, and whether it is
+/// persistent): a persistent volume's under `{volumes_dir}/persistent/{name}` (`data`, or
+/// `data@0` for the first identity of a stateful service), kept for the next instance; any
+/// other's under `{volumes_dir}/instance/{id}/{volume}`, deleted with the instance
+/// ([`instance_data`]). A volume the placement does not list (written by a scheduler that
+/// listed none) is taken as persistent under its declared name: nothing is deleted that might
+/// be wanted.
+fn mounts(id: &str, spec: &ServiceSpec, desired: &Desired, volumes_dir: &Path) -> Vec<MountSpec> {
+    let placed = desired.placements.get(id).map(|a| a.volumes.as_slice());
+    spec.volumes
+        .iter()
+        .map(|v| {
+            let attached =
+                placed.and_then(|list| list.iter().find(|p| claimed_volume(&p.name) == v.volume));
+            let persistent = attached.is_none_or(|p| p.persistent);
+            let name = attached.map_or(v.volume.as_str(), |p| p.name.as_str());
+            let source = match instance_data(volumes_dir, id) {
+                Some(data) if !persistent => data.join(&v.volume),
+                _ => volumes_dir.join("persistent").join(name),
+            };
+            MountSpec {
+                source,
+                target: v.path.clone(),
+                read_only: false,
+            }
+        })
+        .collect()
+}
+
+/// The directory holding the data of instance `id`'s volumes that are not persistent, deleted
+/// when the instance is removed: `{volumes_dir}/instance/{id}`. `None` for an id that is not one
+/// plain path segment (never a directory outside that one).
+pub(super) fn instance_data(volumes_dir: &Path, id: &str) -> Option<PathBuf> {
+    let plain = !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\\', '\0']);
+    plain.then(|| volumes_dir.join("instance").join(id))
 }
 
 /// Whether a secret of `spec` reaches the instance through its environment (a change then
@@ -115,6 +145,8 @@ pub(super) fn init_spec(
     volumes_dir: &Path,
 ) -> Result<InstanceSpec, MissingSecret> {
     let mut init = instance_spec(&init_id(id, step), spec, desired, volumes_dir)?;
+    // Its volumes are its instance's: the same data.
+    init.mounts = mounts(id, spec, desired, volumes_dir);
     // The step prepares instance `id`: it is told so, and which step it is.
     init.env.insert("CCATTLER_INSTANCE".into(), id.to_owned());
     init.env

@@ -44,7 +44,7 @@ pub(super) fn span(node: &str, action: &Action, desired: &Desired) -> Span {
             service = %service(id),
             files = files.len()
         ),
-        Action::Remove { id } => tracing::info_span!(
+        Action::Remove { id, .. } => tracing::info_span!(
             "remove",
             node = %node,
             instance = %id,

@@ -179,7 +179,10 @@ mod tests {
 
     fn stop(id: &str) -> (Action, RuntimeOp) {
         (
-            Action::Remove { id: id.to_owned() },
+            Action::Remove {
+                id: id.to_owned(),
+                data: None,
+            },
             RuntimeOp::Remove(id.to_owned()),
         )
     }

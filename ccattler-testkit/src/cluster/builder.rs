@@ -25,7 +25,8 @@ pub struct NodeSpec {
 }
 
 impl NodeSpec {
-    /// A node called `name` with `cpu` and `memory`, architecture `amd64`, address `name`.
+    /// A node called `name` with `cpu` and `memory`, 100 GiB of storage for volumes,
+    /// architecture `amd64`, address `name`.
     pub fn new(name: impl Into<String>, cpu: Cpu, memory: Memory) -> Self {
         let name = name.into();
         NodeSpec {
@@ -35,9 +36,17 @@ impl NodeSpec {
                 cpu,
                 memory,
                 architecture: "amd64".into(),
+                storage: Memory::from_bytes(100 << 30),
                 ..NodeStatus::default()
             },
         }
+    }
+
+    /// Sets the storage it offers to volumes.
+    #[must_use]
+    pub fn storage(mut self, storage: Memory) -> Self {
+        self.status.storage = storage;
+        self
     }
 
     /// Sets the zone.

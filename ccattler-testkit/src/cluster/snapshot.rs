@@ -343,6 +343,7 @@ impl Snapshot {
                     placement: &spec.placement,
                     ports: &[],
                     needs: ccattler_controllers::scheduler::Ports::NONE,
+                    pinned: false,
                 })
             })
             .collect();
@@ -364,6 +365,7 @@ impl Snapshot {
                 resources: spec.resources,
                 placement: &spec.placement,
                 ports: ccattler_controllers::scheduler::Ports::NONE,
+                volumes: &[],
             }];
             let plan = scheduler::schedule(&ScheduleInput {
                 nodes: &nodes,

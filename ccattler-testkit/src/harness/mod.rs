@@ -167,6 +167,26 @@ impl Harness {
         }
     }
 
+    /// Deletes the fact at `key`, as another writer would (the user, an agent whose lease
+    /// expired); nothing when there is none. An invalid key is kept as the harness's error, as
+    /// for [`fact`](Harness::fact).
+    #[must_use]
+    pub fn without(mut self, key: impl AsRef<str>) -> Self {
+        let key = key.as_ref();
+        match Key::new(key) {
+            Ok(key) if self.error.is_none() => {
+                let revision = self.facts.revision().next();
+                self.facts.apply([Change::delete(key)], revision);
+            }
+            Ok(_) => {}
+            Err(error) => self.fail(FactError::Key {
+                key: key.to_owned(),
+                error,
+            }),
+        }
+        self
+    }
+
     /// Puts the facts of a plain text, one per line, in order:
     ///
     /// | line | effect |

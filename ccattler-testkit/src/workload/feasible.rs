@@ -5,9 +5,11 @@ use std::fmt;
 
 use ccattler_controllers::apply::DesiredFacts;
 use ccattler_controllers::lang::{self, SourceFile};
-use ccattler_controllers::scheduler::{self, Node, Rebalance, Request, ScheduleInput};
+use ccattler_controllers::scheduler::{
+    self, Node, Rebalance, Request, ScheduleInput, VolumeNeed,
+};
 use ccattler_controllers::standard::IntentResolver;
-use ccattler_core::schema::{Cpu, Memory, NodeStatus, RecordKey, ServiceSpec};
+use ccattler_core::schema::{Cpu, Memory, NodeStatus, RecordKey, ServiceSpec, VolumeSpec};
 
 use super::{Workload, render};
 use crate::cluster::NodeSpec;
@@ -48,7 +50,12 @@ pub fn feasibility(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfia
         .filter(|(key, _)| matches!(RecordKey::parse(key), Some(RecordKey::Service(_))))
         .filter_map(|(_, value)| serde_json::from_slice(value).ok())
         .collect();
-    unplaced(&services, nodes, 1, false)
+    let volumes: Vec<VolumeSpec> = desired
+        .iter()
+        .filter(|(key, _)| matches!(RecordKey::parse(key), Some(RecordKey::Volume(_))))
+        .filter_map(|(_, value)| serde_json::from_slice(value).ok())
+        .collect();
+    unplaced((&services, &volumes), nodes, 1, false)
 }
 
 /// What a workload's documents leave unplaced on its nodes at `1 / divisor` of their capacity,
@@ -62,7 +69,8 @@ pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiabl
         let Ok(compiled) = lang::check(&SourceFile::new("workload.cca", text)) else {
             continue;
         };
-        for problem in unplaced(&compiled.services, &workload.nodes, divisor, true) {
+        let declared = (&compiled.services[..], &compiled.volumes[..]);
+        for problem in unplaced(declared, &workload.nodes, divisor, true) {
             if found
                 .iter()
                 .all(|f: &Unsatisfiable| f.service != problem.service)
@@ -74,8 +82,10 @@ pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiabl
     found
 }
 
+/// Each instance's volumes count against the storage of the node it goes to, as a first
+/// attachment would.
 fn unplaced(
-    services: &[ServiceSpec],
+    (services, volumes): (&[ServiceSpec], &[VolumeSpec]),
     nodes: &[NodeSpec],
     divisor: u64,
     with_extra: bool,
@@ -87,6 +97,7 @@ fn unplaced(
             let mut status = node.status.clone();
             status.cpu = Cpu::from_millis(status.cpu.millis() / divisor);
             status.memory = Memory::from_bytes(status.memory.bytes() / divisor);
+            status.storage = Memory::from_bytes(status.storage.bytes() / divisor);
             status
         })
         .collect();
@@ -110,9 +121,24 @@ fn unplaced(
         .iter()
         .map(|spec| (spec.name.as_str(), scheduler::port_needs(spec)))
         .collect();
-    let requests: Vec<Request<'_>> = ids
+    let mounts: Vec<Vec<VolumeNeed<'_>>> = ids
         .iter()
         .map(|(spec, id)| {
+            spec.volumes
+                .iter()
+                .filter_map(|mount| volumes.iter().find(|v| v.name == mount.volume))
+                .map(|volume| VolumeNeed {
+                    name: id,
+                    size: volume.size,
+                    node: None,
+                })
+                .collect()
+        })
+        .collect();
+    let requests: Vec<Request<'_>> = ids
+        .iter()
+        .zip(&mounts)
+        .map(|((spec, id), mounts)| {
             let (fixed, any) = &needs[spec.name.as_str()];
             Request {
                 instance: id,
@@ -120,6 +146,7 @@ fn unplaced(
                 resources: spec.resources,
                 placement: &spec.placement,
                 ports: scheduler::Ports { fixed, any: *any },
+                volumes: mounts,
             }
         })
         .collect();

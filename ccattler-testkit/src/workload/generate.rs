@@ -254,8 +254,11 @@ impl Draw<'_> {
         let init = (0..self.pick(&[0, 0, 0, 1, 2]))
             .map(|_| self.pick(&["true", "./migrate --all", "exit 0"]).to_owned())
             .collect();
-        let volumes = if self.rng.random_bool(0.2) {
-            vec![format!("data{}", self.rng.random_range(0..3))]
+        // A volume is attached to one instance at a time: only a stateful service (a volume of
+        // its own for each identity) mounts one, whatever its count, and no two services share
+        // one.
+        let volumes = if stateful && self.rng.random_bool(0.6) {
+            vec![format!("{name}-data")]
         } else {
             Vec::new()
         };

@@ -155,6 +155,11 @@ pub struct AgentArgs {
     /// Allocatable memory (`2Gi`); this machine's memory by default.
     #[arg(long, value_name = "MEMORY", value_parser = parse_memory)]
     pub memory: Option<Memory>,
+    /// Storage offered to volumes (`100Gi`); their data is kept under the state directory. By
+    /// default the space free on that directory's filesystem when the agent starts. A volume's
+    /// size is reserved of it; no quota is set on a volume's directory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub storage: Option<Memory>,
     /// The node's zone.
     #[arg(long, value_name = "ZONE", value_parser = parse_zone)]
     pub zone: Option<String>,
@@ -234,6 +239,9 @@ impl AgentArgs {
         }
         if let Some(memory) = self.memory {
             config.memory = memory;
+        }
+        if let Some(storage) = self.storage {
+            config.storage = storage;
         }
         if let Some(zone) = &self.zone {
             config = config.zone(zone.clone());

@@ -52,7 +52,7 @@ pub struct ChaosArgs {
     pub file: Option<PathBuf>,
     /// Draw each seed's workload (its cluster, services and the changes made while it runs)
     /// from the seed instead of applying a file.
-    #[arg(long, conflicts_with_all = ["file", "nodes", "node_cpu", "node_memory", "zones", "labels"])]
+    #[arg(long, conflicts_with_all = ["file", "nodes", "node_cpu", "node_memory", "node_storage", "zones", "labels"])]
     pub generate: bool,
     /// With --generate and --seed: print the seed's workload (its nodes, steps and every
     /// document) before running it.
@@ -142,7 +142,8 @@ impl ChaosArgs {
                 format!("n{}", index + 1),
                 self.shape.node_cpu,
                 self.shape.node_memory,
-            );
+            )
+            .storage(self.shape.node_storage);
             if let Some(zone) = self.shape.zone(index) {
                 node = node.zone(zone);
             }

@@ -67,6 +67,8 @@ pub struct DevConfig {
     pub cpu: Cpu,
     /// Allocatable memory of each node.
     pub memory: Memory,
+    /// Storage each node offers to volumes.
+    pub storage: Memory,
     /// Zones, given to the nodes round-robin; none when empty.
     pub zones: Vec<String>,
     /// Labels of every node.
@@ -78,14 +80,15 @@ pub struct DevConfig {
 }
 
 impl Default for DevConfig {
-    /// Three process nodes of 2 cores and 2 GiB, no zones or labels, a temporary state
-    /// directory, 2 s grace.
+    /// Three process nodes of 2 cores, 2 GiB and 20 GiB of storage for volumes, no zones or
+    /// labels, a temporary state directory, 2 s grace.
     fn default() -> Self {
         DevConfig {
             runtime: RuntimeKind::Process,
             nodes: 3,
             cpu: Cpu::from_millis(2_000),
             memory: Memory::from_bytes(2 << 30),
+            storage: Memory::from_bytes(20 << 30),
             zones: Vec::new(),
             labels: Vec::new(),
             state_dir: None,
@@ -217,6 +220,7 @@ impl DevCluster {
                 agent = agent.label(key.clone(), value.clone());
             }
             agent.ports = cluster.ports.of_node(i, config.nodes);
+            agent.storage = config.storage;
             let handle = match &mut cluster.workloads {
                 Workloads::Process(runtimes) => {
                     let runtime = ProcessRuntime::new(dir.join("runtime")).map_err(|err| {

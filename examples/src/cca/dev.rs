@@ -85,6 +85,7 @@ impl DevArgs {
             nodes: self.shape.nodes,
             cpu: self.shape.node_cpu,
             memory: self.shape.node_memory,
+            storage: self.shape.node_storage,
             zones: self.shape.zones.clone(),
             labels: self.shape.labels.clone(),
             state_dir: self.state_dir.clone(),

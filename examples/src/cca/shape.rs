@@ -1,11 +1,11 @@
-//! The cluster shape flags `cca dev` and `cca chaos` share: how many nodes, their capacity,
-//! zones and labels.
+//! The cluster shape flags `cca dev` and `cca chaos` share: how many nodes, their capacity
+//! (cpu, memory, storage for volumes), zones and labels.
 
 use ccattler_core::schema::{Cpu, Memory};
 
 use super::flags::{parse_cpu, parse_label, parse_memory, parse_zone};
 
-/// `--nodes`, `--node-cpu`, `--node-memory`, `--zones`, `--labels`.
+/// `--nodes`, `--node-cpu`, `--node-memory`, `--node-storage`, `--zones`, `--labels`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShapeArgs {
     /// How many nodes to run (n1..nN), each with its own agent.
@@ -18,6 +18,9 @@ pub struct ShapeArgs {
     /// Allocatable memory of each node (`512Mi`, `2Gi`).
     #[arg(long, value_name = "MEMORY", default_value = "2Gi", value_parser = parse_memory)]
     pub node_memory: Memory,
+    /// Storage each node offers to volumes (`20Gi`).
+    #[arg(long, value_name = "SIZE", default_value = "20Gi", value_parser = parse_memory)]
+    pub node_storage: Memory,
     /// Zones given to the nodes round-robin (`--zones a,b,c`); none by default.
     #[arg(long, value_name = "ZONES", value_delimiter = ',', value_parser = parse_zone)]
     pub zones: Vec<String>,
@@ -38,6 +41,7 @@ impl ShapeArgs {
             format!("--nodes {}", self.nodes),
             format!("--node-cpu {}", self.node_cpu),
             format!("--node-memory {}", self.node_memory),
+            format!("--node-storage {}", self.node_storage),
         ];
         if !self.zones.is_empty() {
             flags.push(format!("--zones {}", self.zones.join(",")));

@@ -48,6 +48,7 @@ use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, PortRange, Resou
 use super::Node;
 use super::index::{FastMap, Frac, Usage};
 use super::ports::HostPorts;
+use super::volume::Storage;
 
 /// What the hard filters and `prefer` of a placement look at, apart from liveness and resources:
 /// of the labels, only those whose key some placement names.
@@ -90,6 +91,7 @@ impl Attrs {
             architecture: &self.architecture,
             alive: true,
             ports: PortRange::default(),
+            storage: Memory::from_bytes(0),
         }
     }
 }
@@ -181,6 +183,8 @@ pub(crate) struct LiveIndex {
     held: FastMap<String, (String, Vec<u16>)>,
     /// Per service, per node, how many of its instances are placed there (never zero).
     counts: FastMap<String, FastMap<String, u32>>,
+    /// What the volumes attached to each node reserve of its storage, in bytes (never zero).
+    storage_used: FastMap<String, u64>,
     /// Runs longer than this are placed from heaps (`None`: the default of `place.rs`); tests
     /// set 0 to prove the heaps pick what the search picks.
     long_run: Option<usize>,
@@ -274,6 +278,37 @@ impl LiveIndex {
             self.held
                 .insert(id.to_owned(), (node.to_owned(), ports.to_vec()));
         }
+    }
+
+    /// Sets what the volumes attached to each node reserve of its storage (nodes not listed:
+    /// none). Costs time for the nodes listed.
+    pub(crate) fn reset_storage<'n>(&mut self, used: impl IntoIterator<Item = (&'n str, Memory)>) {
+        self.storage_used.clear();
+        for (node, used) in used {
+            self.set_storage(node, used);
+        }
+    }
+
+    /// Sets what the volumes attached to node `node` reserve of its storage.
+    fn set_storage(&mut self, node: &str, used: Memory) {
+        if used.is_zero() {
+            self.storage_used.remove(node);
+        } else {
+            self.storage_used.insert(node.to_owned(), used.bytes());
+        }
+    }
+
+    /// Node `node`'s storage: what it reports it offers, and what is reserved of it.
+    fn storage(&self, node: &str) -> Storage {
+        Storage {
+            cap: self.statuses.get(node).map_or(0, |s| s.storage.bytes()),
+            used: self.storage_used.get(node).copied().unwrap_or(0),
+        }
+    }
+
+    /// Whether `node` can take a request mounting `volumes` (most mount none: no lookup).
+    fn volumes_fit(&self, node: &str, volumes: &[super::VolumeNeed<'_>]) -> bool {
+        volumes.is_empty() || self.storage(node).check(node, volumes).is_ok()
     }
 
     /// Whether `node`'s host ports can take `ports` (a node that never reported takes none).

@@ -31,7 +31,8 @@ use ccattler_core::schema::{Cpu, Memory, Placement, Resources, ZonePolicy};
 use super::super::index::{Frac, eligible, preferred};
 use super::super::place::{order, same_run};
 use super::super::ports::HostPorts;
-use super::super::{Node, Ports, Request, Unsatisfied};
+use super::super::volume::Storage;
+use super::super::{Node, Ports, Request, Unsatisfied, VolumeNeed};
 use super::{LiveIndex, Load};
 
 /// A candidate's rank: smaller is better (see the module docs).
@@ -52,6 +53,8 @@ struct Undo {
     counts: Vec<(String, String)>,
     /// Host ports taken: node, fixed ports, ports of the range.
     ports: Vec<(String, Vec<u16>, u32)>,
+    /// Storage taken: node, bytes.
+    storage: Vec<(String, u64)>,
 }
 
 /// The eligible classes of one placement.
@@ -93,6 +96,10 @@ impl LiveIndex {
         for (node, load) in undo.loads.into_iter().rev() {
             self.reload(&node, load);
         }
+        for (node, bytes) in undo.storage.iter().rev() {
+            let used = self.storage_used.get(node).copied().unwrap_or(0);
+            self.set_storage(node, Memory::from_bytes(used.saturating_sub(*bytes)));
+        }
         placed
     }
 
@@ -113,6 +120,7 @@ impl LiveIndex {
                 let placement = run[0].placement;
                 let need = run[0].resources;
                 let ports = run[0].ports;
+                let volumes = run[0].volumes;
                 let spread = matches!(placement.zone, Some(ZonePolicy::Spread));
                 let eligible = self.eligible(placement);
                 if run.len() > self.long_run.unwrap_or(LONG_RUN) {
@@ -122,16 +130,17 @@ impl LiveIndex {
                 }
                 for (i, request) in run.iter().enumerate() {
                     let zc = if spread { &zone_counts[..] } else { &[] };
-                    let Some(node) = self.best(name, (need, ports), &eligible, zc) else {
+                    let needs = (need, ports, volumes);
+                    let Some(node) = self.best(name, needs, &eligible, zc) else {
                         // Nothing changes until the run ends: the rest fit nowhere either.
-                        let why = self.diagnose(placement, need, ports);
+                        let why = self.diagnose(placement, needs);
                         for request in &run[i..] {
                             out.unsatisfied.insert(request.instance, why.clone());
                         }
                         break;
                     };
                     let node = node.to_owned();
-                    self.take(&node, name, (need, ports), undo, &mut zone_counts);
+                    self.take(&node, name, needs, undo, &mut zone_counts);
                     out.placements.insert(request.instance, node);
                 }
             }
@@ -153,6 +162,8 @@ impl LiveIndex {
         out: &mut Placed<'a>,
     ) {
         let (placement, need, ports) = (run[0].placement, run[0].resources, run[0].ports);
+        let volumes = run[0].volumes;
+        let needs = (need, ports, volumes);
         let counts = self.counts.get(service);
         let mut heaps: BTreeMap<u32, BinaryHeap<Ranked>> = BTreeMap::new();
         for &(class, matched) in &eligible.classes {
@@ -164,7 +175,8 @@ impl LiveIndex {
                     continue;
                 }
                 let util = usage.util_after(need);
-                for node in names.iter().filter(|n| self.ports_fit(n, ports)) {
+                let fits = |n: &&String| self.ports_fit(n, ports) && self.volumes_fit(n, volumes);
+                for node in names.iter().filter(fits) {
                     let held = counts.and_then(|c| c.get(node)).copied().unwrap_or(0);
                     heap.push(Reverse((held, Reverse(matched), util, node.clone())));
                 }
@@ -188,18 +200,19 @@ impl LiveIndex {
                 .and_then(|zone| heaps.get_mut(&zone))
                 .and_then(BinaryHeap::pop)
             else {
-                let why = self.diagnose(placement, need, ports);
+                let why = self.diagnose(placement, needs);
                 for request in &run[i..] {
                     out.unsatisfied.insert(request.instance, why.clone());
                 }
                 return;
             };
-            self.take(&node, service, (need, ports), undo, zone_counts);
+            self.take(&node, service, needs, undo, zone_counts);
             let Some(live) = self.nodes.get(&node).copied() else {
                 continue;
             };
             let usage = live.load.usage();
-            if usage.fits(need) && self.ports_fit(&node, ports) {
+            if usage.fits(need) && self.ports_fit(&node, ports) && self.volumes_fit(&node, volumes)
+            {
                 let zone = if spread {
                     self.classes[live.class].zone
                 } else {
@@ -213,11 +226,17 @@ impl LiveIndex {
     }
 
     /// Why a request fits nowhere, every node counted: the one pass over all nodes.
-    fn diagnose(&self, placement: &Placement, need: Resources, ports: Ports<'_>) -> String {
+    fn diagnose<'a>(
+        &self,
+        placement: &'a Placement,
+        needs: (Resources, Ports<'_>, &[VolumeNeed<'a>]),
+    ) -> String {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         let mut usage = Vec::with_capacity(self.nodes.len());
         let mut host_ports = Vec::with_capacity(self.nodes.len());
+        let mut storage: Vec<Storage> = Vec::with_capacity(self.nodes.len());
         for (name, n) in &self.nodes {
+            storage.push(self.storage(name));
             host_ports.push(
                 self.ports
                     .get(name)
@@ -234,8 +253,8 @@ impl LiveIndex {
             });
             usage.push(n.load.usage());
         }
-        let tables = (&usage[..], &host_ports[..]);
-        Unsatisfied::diagnose(&nodes, tables, placement, (need, ports)).to_string()
+        let tables = (&usage[..], &host_ports[..], &storage[..]);
+        Unsatisfied::diagnose(&nodes, tables, placement, needs).to_string()
     }
 
     /// How many instances of `service` each zone holds (on known nodes, alive or not).
@@ -269,7 +288,7 @@ impl LiveIndex {
     fn best(
         &self,
         service: &str,
-        (need, ports): (Resources, Ports<'_>),
+        (need, ports, volumes): (Resources, Ports<'_>, &[VolumeNeed<'_>]),
         eligible: &Eligible,
         zc: &[u32],
     ) -> Option<&str> {
@@ -279,7 +298,7 @@ impl LiveIndex {
         let mut best: Option<Rank<'_>> = None;
         let mut zones_without = false;
         if zc.is_empty() {
-            best = self.best_without(&eligible.classes, 0, (need, ports), &holds);
+            best = self.best_without(&eligible.classes, 0, (need, ports, volumes), &holds);
             zones_without = best.is_none();
         } else {
             let mut zones: Vec<u32> = eligible
@@ -297,7 +316,7 @@ impl LiveIndex {
                     .filter(|&(c, _)| self.classes[c].zone == zone)
                     .collect();
                 let count = zc.get(zone as usize).copied().unwrap_or(0);
-                match self.best_without(&classes, count, (need, ports), &holds) {
+                match self.best_without(&classes, count, (need, ports, volumes), &holds) {
                     Some(rank) => keep_min(&mut best, rank),
                     None => zones_without = true,
                 }
@@ -313,7 +332,10 @@ impl LiveIndex {
                     continue;
                 };
                 let usage = n.load.usage();
-                if !usage.fits(need) || !self.ports_fit(node, ports) {
+                if !usage.fits(need)
+                    || !self.ports_fit(node, ports)
+                    || !self.volumes_fit(node, volumes)
+                {
                     continue;
                 }
                 let zone = zone_count(n.class).unwrap_or(0);
@@ -336,7 +358,7 @@ impl LiveIndex {
         &'s self,
         classes: &[(usize, u32)],
         zone: u32,
-        (need, ports): (Resources, Ports<'_>),
+        (need, ports, volumes): (Resources, Ports<'_>, &[VolumeNeed<'_>]),
         holds: &dyn Fn(&str) -> u32,
     ) -> Option<Rank<'s>> {
         let mut best: Option<(u32, Frac, &'s str)> = None;
@@ -356,7 +378,9 @@ impl LiveIndex {
                 if best.is_some_and(|b| util > b.1) {
                     continue;
                 }
-                let free = |n: &&String| holds(n) == 0 && self.ports_fit(n, ports);
+                let free = |n: &&String| {
+                    holds(n) == 0 && self.ports_fit(n, ports) && self.volumes_fit(n, volumes)
+                };
                 let Some(name) = names.iter().find(free) else {
                     continue;
                 };
@@ -374,7 +398,7 @@ impl LiveIndex {
         &mut self,
         node: &str,
         service: &str,
-        (need, ports): (Resources, Ports<'_>),
+        (need, ports, volumes): (Resources, Ports<'_>, &[VolumeNeed<'_>]),
         undo: &mut Undo,
         zone_counts: &mut [u32],
     ) {
@@ -401,6 +425,14 @@ impl LiveIndex {
             table.take(ports);
             undo.ports
                 .push((node.to_owned(), ports.fixed.to_vec(), ports.any));
+        }
+        if !volumes.is_empty() {
+            let mut storage = self.storage(node);
+            let before = storage.used;
+            storage.take(volumes);
+            self.set_storage(node, Memory::from_bytes(storage.used));
+            undo.storage
+                .push((node.to_owned(), storage.used.saturating_sub(before)));
         }
         if let Some(zc) = zone_counts.get_mut(self.classes[n.class].zone as usize) {
             *zc += 1;

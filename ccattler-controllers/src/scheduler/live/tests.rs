@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use ccattler_core::schema::{Cpu, Memory, NodeStatus, Placement, PortRange, Resources, ZonePolicy};
 use proptest::prelude::*;
 
+use super::super::VolumeNeed;
 use super::super::fixture::{Fixture, Inst, Result, res};
 use super::LiveIndex;
 
@@ -29,7 +30,34 @@ fn labels(mask: u8) -> BTreeMap<String, String> {
 /// The host ports drawn: a small pool, so that ports collide and ranges run out.
 const PORTS: [u16; 4] = [80, 100, 101, 102];
 
-fn status(i: usize, (cpu, mem, label, taint, zone, arm, range): NodeDraw) -> NodeStatus {
+/// Node names volumes are attached to (nodes are `n0`, `n1`...; some of these are no node).
+const NODES: [&str; 12] = [
+    "n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11",
+];
+
+/// The volumes drawn: few, so that two requests mount one.
+const VOLUMES: [&str; 3] = ["v0", "v1", "v2"];
+
+/// A request's volume: none, or one of [`VOLUMES`] of 1 to 3 GiB, attached to node `n{i}` or
+/// to none.
+fn volume(draw: (usize, u64, Option<usize>)) -> Vec<VolumeNeed<'static>> {
+    let (v, size, node) = draw;
+    VOLUMES
+        .get(v)
+        .map(|name| VolumeNeed {
+            name,
+            size: Memory::from_bytes(size << 30),
+            node: node.map(|n| NODES[n % NODES.len()]),
+        })
+        .into_iter()
+        .collect()
+}
+
+fn volume_draw() -> impl Strategy<Value = (usize, u64, Option<usize>)> {
+    (0usize..6, 1u64..=3, prop::option::weighted(0.3, 0usize..12))
+}
+
+fn status(i: usize, (cpu, mem, label, taint, zone, arm, range, disk): NodeDraw) -> NodeStatus {
     NodeStatus {
         name: format!("n{i}"),
         cpu: Cpu::from_millis(cpu * 500),
@@ -47,11 +75,12 @@ fn status(i: usize, (cpu, mem, label, taint, zone, arm, range): NodeDraw) -> Nod
             first: 100,
             last: 99 + range,
         },
+        storage: Memory::from_bytes(disk << 30),
         ..NodeStatus::default()
     }
 }
 
-type NodeDraw = (u64, u64, u8, u8, usize, bool, u16);
+type NodeDraw = (u64, u64, u8, u8, usize, bool, u16, u64);
 
 fn node() -> impl Strategy<Value = NodeDraw> {
     (
@@ -62,6 +91,7 @@ fn node() -> impl Strategy<Value = NodeDraw> {
         0usize..4,
         prop::bool::weighted(0.2),
         0u16..=4,
+        0u64..=4,
     )
 }
 
@@ -138,6 +168,7 @@ fn build(f: &Fixture) -> LiveIndex {
         index.set_instance(&e.instance, Some((&e.service, &e.node)));
         index.hold_ports(&e.instance, Some((&e.node, &e.held)));
     }
+    index.reset_storage(f.storage.iter().copied());
     index
 }
 
@@ -177,14 +208,20 @@ proptest! {
         nodes in prop::collection::vec(node(), 1..10),
         services in prop::collection::vec(placement(), 3),
         service_ports in prop::collection::vec(ports(), 3),
-        requests in prop::collection::vec((0usize..3, 0u64..4, 0u64..3), 1..12),
+        requests in prop::collection::vec((0usize..3, 0u64..4, 0u64..3, volume_draw()), 1..12),
+        attached in prop::collection::vec((0usize..12, 0u64..=3), 0..4),
         steps in prop::collection::vec(step(), 0..12),
     ) {
         let mut f = Fixture { rebalance: super::super::Rebalance::Off, ..Fixture::default() };
         for (i, draw) in nodes.iter().enumerate() {
             f.nodes.push((status(i, *draw), true));
         }
-        for (i, &(s, cpu, mem)) in requests.iter().enumerate() {
+        let mut storage: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for (n, gib) in attached {
+            *storage.entry(NODES[n]).or_default() += gib << 30;
+        }
+        f.storage = storage.into_iter().map(|(n, b)| (n, Memory::from_bytes(b))).collect();
+        for (i, &(s, cpu, mem, v)) in requests.iter().enumerate() {
             f.requests.push(Inst {
                 instance: format!("r{i:02}"),
                 service: format!("svc{s}"),
@@ -194,6 +231,7 @@ proptest! {
                 fixed: service_ports[s].0.clone(),
                 any: service_ports[s].1,
                 held: Vec::new(),
+                volumes: volume(v),
             });
         }
         let mut index = build(&f);
@@ -222,6 +260,7 @@ proptest! {
                         fixed: service_ports[s].0.clone(),
                         any: service_ports[s].1,
                         held: pick(&PORTS, held),
+                        volumes: Vec::new(),
                     };
                     index.set_instance(&e.instance, Some((&e.service, &e.node)));
                     index.hold_ports(&e.instance, Some((&e.node, &e.held)));
@@ -298,4 +337,31 @@ fn labels_no_placement_names_make_no_classes() {
     let f = f.request("pinned", 2, res("1", "1Gi"), &host);
     assert_eq!(live(&mut index, &f), expected(&f));
     assert_eq!(index.classes.len(), 20);
+}
+
+#[test]
+fn a_volume_attached_to_a_node_takes_its_request_there_or_nowhere() {
+    let f = Fixture::default()
+        .node("n0", "4", "8Gi")
+        .with(|n| n.storage = "10Gi".parse().unwrap())
+        .node("n1", "4", "8Gi")
+        .with(|n| n.storage = "10Gi".parse().unwrap())
+        .existing("other", "n0", 1, res("4", "1Gi"))
+        .request("db", 1, res("1", "1Gi"), &Placement::default())
+        .volume("data", "5Gi", Some("n0"))
+        .request("cache", 1, res("1", "1Gi"), &Placement::default())
+        .volume("scratch", "8Gi", None)
+        .attached("n1", "3Gi");
+    let placed = live(&mut build(&f), &f);
+    assert_eq!(placed, expected(&f));
+    assert_eq!(
+        placed.1["db-000"],
+        "0/2 nodes can run it: 1 is not n0, where volume data is attached, 1 has too little \
+         cpu (needs 1)"
+    );
+    assert_eq!(
+        placed.1["cache-001"],
+        "0/2 nodes can run it: 1 has too little cpu (needs 1), 1 has too little storage for \
+         volumes (needs 8Gi)"
+    );
 }

@@ -1,0 +1,226 @@
+//! The scheduler controller's volumes: where each volume's data is, which instance holds it,
+//! what an instance that mounts volumes needs of a node, and the attachment records that go
+//! with placements.
+//!
+//! # Rules
+//!
+//! - A volume is attached to one instance at a time. An instance that mounts a volume held by
+//!   another instance (one whose desired record or placement is still there) waits, unplaced,
+//!   with a reason that names the holder; but a volume that is not persistent is let go of by
+//!   an instance on a node that lost its lease (its data goes with that instance anyway).
+//! - The attachment (`volume/attachment/{vol}`) is written in the pass that places the instance,
+//!   before its placement in the pass's changes: a placement is never committed without the
+//!   attachment that names its node. Every change of who holds a volume is a write of that one
+//!   key, guarded by the revision the pass read, so two passes cannot both take a volume.
+//! - Once its instance is gone (no desired record, no placement), a persistent volume stays
+//!   attached to its node with no instance; any other volume's attachment is deleted (its data
+//!   goes with its instance). The attachment of a volume no longer declared is deleted once no
+//!   instance holds it.
+//! - The sizes of the volumes attached to a node count against the storage it reports.
+//! - Each instance of a stateful service has a volume of its own for each volume it mounts,
+//!   `{volume}@{ordinal}` ([`volume_claim`]): the rules above hold for each of those.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ccattler_core::schema::{
+    self, Memory, ServiceSpec, VolumeAttachment, VolumeSpec, claimed_volume, volume_claim,
+};
+use ccattler_core::{Change, FactView, Key, ReconcileError};
+
+use super::cluster::{Cluster, Instance};
+use crate::scheduler::VolumeNeed;
+
+/// The volumes of one view: declarations and attachments.
+#[derive(Debug, Default)]
+pub(super) struct Volumes {
+    declared: BTreeMap<String, VolumeSpec>,
+    attached: BTreeMap<String, (Key, VolumeAttachment)>,
+}
+
+impl Volumes {
+    /// Reads `desired/volume/` and `volume/attachment/` of `facts` (records that do not decode
+    /// are left out: a declaration so, or one whose name is not a valid volume name, is not
+    /// declared, and an attachment so is rewritten when an instance mounts its volume).
+    pub(super) fn read(facts: &FactView) -> Self {
+        let declared = facts
+            .scan(schema::DESIRED_VOLUMES)
+            .filter_map(|fact| schema::decode::<VolumeSpec>(fact).ok())
+            .filter(|spec| schema::keys::volume(&spec.name).is_ok())
+            .map(|spec| (spec.name.clone(), spec))
+            .collect();
+        let attached = facts
+            .scan(schema::VOLUME_ATTACHMENTS)
+            .filter_map(|fact| {
+                let attachment = schema::decode::<VolumeAttachment>(fact).ok()?;
+                Some((attachment.volume.clone(), (fact.key.clone(), attachment)))
+            })
+            .collect();
+        Volumes { declared, attached }
+    }
+
+    /// What the attached volumes reserve of each node's storage.
+    pub(super) fn reserved(&self) -> BTreeMap<&str, Memory> {
+        let mut used: BTreeMap<&str, Memory> = BTreeMap::new();
+        for (_, attachment) in self.attached.values() {
+            let sum = used.entry(attachment.node.as_str()).or_default();
+            *sum = sum
+                .checked_add(attachment.size)
+                .unwrap_or(Memory::from_bytes(u64::MAX));
+        }
+        used
+    }
+
+    /// The names of the volumes `instance` of `spec` mounts, in the order of its mounts.
+    pub(super) fn names(instance: &Instance, spec: &ServiceSpec) -> Vec<String> {
+        spec.volumes
+            .iter()
+            .map(|mount| volume_claim(&mount.volume, instance.desired.ordinal))
+            .collect()
+    }
+
+    /// What `instance` of `spec` needs of a node for its volumes (`names`: theirs for it, from
+    /// [`names`](Self::names)), or why it must wait. `claimed` holds which request of this pass
+    /// mounts each volume (a volume goes to one).
+    pub(super) fn needs<'v>(
+        &'v self,
+        cluster: &Cluster,
+        instance: &Instance,
+        (spec, names): (&ServiceSpec, &'v [String]),
+        claimed: &mut BTreeMap<String, String>,
+    ) -> Result<Vec<VolumeNeed<'v>>, String> {
+        let id = instance.id.as_str();
+        let mut needs: Vec<VolumeNeed<'v>> = Vec::with_capacity(spec.volumes.len());
+        for (mount, name) in spec.volumes.iter().zip(names) {
+            let name = name.as_str();
+            let Some(declared) = self.declared.get(&mount.volume) else {
+                return Err(format!(
+                    "volume {} is not declared: declare it (`volume {} {{ size ... }}`) or \
+                     remove the mount",
+                    mount.volume, mount.volume
+                ));
+            };
+            if needs.iter().any(|n| n.name == name) {
+                continue; // mounted at two paths: one volume all the same
+            }
+            if let Some(other) = claimed.get(name).filter(|o| *o != id) {
+                return Err(format!(
+                    "volume {name} is wanted by instance {other} too: a volume is attached to \
+                     one instance at a time"
+                ));
+            }
+            let held_by = |a: &VolumeAttachment| {
+                a.instance
+                    .as_deref()
+                    .filter(|holder| *holder != id && holds(cluster, holder, a))
+                    .map(str::to_owned)
+            };
+            let mut attachment = self.attached.get(name).map(|(_, a)| a);
+            if let Some(a) = attachment
+                && let Some(holder) = held_by(a)
+            {
+                return Err(format!(
+                    "volume {name} is attached to instance {holder} on node {}: a volume is \
+                     attached to one instance at a time, so this one waits until that one is gone",
+                    a.node
+                ));
+            }
+            // What is left of a volume that is not persistent says nothing of where it goes.
+            if attachment.is_some_and(|a| !a.persistent && a.instance.as_deref() != Some(id)) {
+                attachment = None;
+            }
+            needs.push(VolumeNeed {
+                name,
+                size: attachment.map_or(declared.size, |a| a.size),
+                node: attachment.map(|a| a.node.as_str()),
+            });
+        }
+        for need in &needs {
+            claimed.insert(need.name.to_owned(), id.to_owned());
+        }
+        Ok(needs)
+    }
+
+    /// The attachments `instance` of `spec`, placed on `node`, holds (to put before its
+    /// placement), and the declarations its placement carries, each under its name for the
+    /// instance.
+    pub(super) fn attach(
+        &self,
+        instance: &Instance,
+        node: &str,
+        spec: &ServiceSpec,
+        changes: &mut Vec<Change>,
+    ) -> Result<Vec<VolumeSpec>, ReconcileError> {
+        let mut carried: Vec<VolumeSpec> = Vec::with_capacity(spec.volumes.len());
+        for mount in &spec.volumes {
+            let Some(declared) = self.declared.get(&mount.volume) else {
+                continue; // not requested so: the placement was not made
+            };
+            let name = volume_claim(&mount.volume, instance.desired.ordinal);
+            if carried.iter().any(|v| v.name == name) {
+                continue;
+            }
+            let before = self.attached.get(&name).map(|(_, a)| a);
+            let before = before.filter(|a| a.persistent || a.instance == Some(instance.id.clone()));
+            let attachment = VolumeAttachment {
+                volume: name.clone(),
+                node: node.to_owned(),
+                instance: Some(instance.id.clone()),
+                size: before.map_or(declared.size, |a| a.size),
+                persistent: before.map_or(declared.persistent, |a| a.persistent),
+            };
+            carried.push(VolumeSpec {
+                name: attachment.volume.clone(),
+                size: attachment.size,
+                persistent: attachment.persistent,
+            });
+            if self.attached.get(&name).map(|(_, a)| a) != Some(&attachment) {
+                changes.push(Change::put(
+                    schema::keys::volume_attachment(&name)?,
+                    schema::encode(&attachment),
+                ));
+            }
+        }
+        Ok(carried)
+    }
+
+    /// The attachments whose instance is gone, of the volumes this pass did not attach again
+    /// (`attached`): kept without an instance for a persistent volume still declared, deleted
+    /// otherwise.
+    pub(super) fn release(
+        &self,
+        cluster: &Cluster,
+        attached: &BTreeSet<String>,
+        changes: &mut Vec<Change>,
+    ) {
+        for (volume, (key, attachment)) in &self.attached {
+            if attached.contains(volume) {
+                continue;
+            }
+            let holder = attachment.instance.as_deref();
+            if holder.is_some_and(|h| holds(cluster, h, attachment)) {
+                continue;
+            }
+            let declared = self.declared.contains_key(claimed_volume(volume));
+            if attachment.persistent && declared {
+                if holder.is_some() {
+                    let kept = VolumeAttachment {
+                        instance: None,
+                        ..attachment.clone()
+                    };
+                    changes.push(Change::put(key.clone(), schema::encode(&kept)));
+                }
+            } else {
+                changes.push(Change::delete(key.clone()));
+            }
+        }
+    }
+}
+
+/// Whether instance `id` still holds the volume of `attachment`: its desired record or a
+/// placement is there. A volume that is not persistent is let go of by an instance on a node
+/// that lost its lease: its data is on that node only and goes with the instance, so the
+/// replacement starts afresh elsewhere instead of waiting for a node that may never return.
+fn holds(cluster: &Cluster, id: &str, attachment: &VolumeAttachment) -> bool {
+    let present = cluster.instances.contains_key(id) || cluster.placement(id).is_some();
+    present && (attachment.persistent || cluster.alive.contains(&attachment.node))
+}
