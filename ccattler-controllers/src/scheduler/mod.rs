@@ -20,17 +20,21 @@
 //! [`Unsatisfied`] reason attributes each node to its first failure):
 //!
 //! 1. it is alive;
-//! 2. its architecture is the one the placement names, if any;
-//! 3. its zone is the one of `zone ZONE` ([`ZonePolicy::Only`]), if set;
-//! 4. it has every `require` label with the required value;
-//! 5. every one of its taints is in the placement's `accept` list;
-//! 6. the request's cpu fits in what existing instances and this call's placements left;
-//! 7. so does its memory;
-//! 8. every host port it needs by number ([`Ports::fixed`]) is held by no existing instance
-//!    nor by this call's placements;
-//! 9. the node's port range has [`Ports::any`] free ports left, counting the ports held there
-//!    and those this call's placements took (the caller picks which: the scheduler only
-//!    counts them).
+//! 2. it is the node every volume of the request that is attached somewhere
+//!    ([`VolumeNeed::node`]) is attached to;
+//! 3. its architecture is the one the placement names, if any;
+//! 4. its zone is the one of `zone ZONE` ([`ZonePolicy::Only`]), if set;
+//! 5. it has every `require` label with the required value;
+//! 6. every one of its taints is in the placement's `accept` list;
+//! 7. the request's cpu fits in what existing instances and this call's placements left;
+//! 8. so does its memory;
+//! 9. the sizes of the request's volumes not attached anywhere yet fit in the node's storage
+//!    left ([`Node::storage`], less [`ScheduleInput::storage`] and this call's placements);
+//! 10. every host port it needs by number ([`Ports::fixed`]) is held by no existing instance
+//!     nor by this call's placements;
+//! 11. the node's port range has [`Ports::any`] free ports left, counting the ports held there
+//!     and those this call's placements took (the caller picks which: the scheduler only
+//!     counts them).
 //!
 //! # Ranking (soft)
 //!
@@ -52,6 +56,9 @@
 //! Requests are placed one at a time, sorted by service name, then instance id. Each sees the
 //! usage and counts left by the ones before it.
 //!
+//! Existing instances that are [`Existing::pinned`] (their data is on their node) are never
+//! moved by rebalancing.
+//!
 //! # Rebalancing
 //!
 //! For each service selected by [`ScheduleInput::rebalance`] (by name), once every request is
@@ -66,7 +73,9 @@
 //!
 //! # Guarantees
 //!
-//! - No node is given more cpu or memory than it has, counting existing instances and this call.
+//! - No node is given more cpu or memory than it has, counting existing instances and this call;
+//!   nor more volumes than its storage takes, counting the volumes attached there.
+//! - A request that mounts a volume attached to a node goes to that node or nowhere.
 //! - No host port is given twice on a node, and no node's range is promised more ports than it
 //!   has free (existing instances hold the ports listed in [`Existing::ports`]).
 //! - No request lands on a node failing any filter: `require`, architecture, zone and taints are

@@ -31,7 +31,7 @@ pub fn service(name: &str) -> Result<Key, KeyError> {
 pub fn volume(name: &str) -> Result<Key, KeyError> {
     Key::join(DESIRED_VOLUMES, [path_name(name)?])
 }
-/// `volume/attachment/{vol}`, `vol` a name of [`volume_claim`](super::volume_claim).
+/// `volume/attachment/{vol}`, `vol` a name of [`volume_claim`].
 pub fn volume_attachment(name: &str) -> Result<Key, KeyError> {
     Key::join(VOLUME_ATTACHMENTS, [path_name(name)?])
 }

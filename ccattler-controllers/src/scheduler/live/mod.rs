@@ -6,7 +6,8 @@
 //! place) pays that for a handful of requests. The live index instead keeps, up to date as the
 //! caller reports changes:
 //!
-//! - every node's capacity, reservation and liveness ([`LiveIndex::set_node`]);
+//! - every node's capacity, reservation and liveness ([`LiveIndex::set_node`]), and what the
+//!   volumes attached to it reserve of its storage ([`LiveIndex::reset_storage`]);
 //! - per service, how many of its instances each node holds ([`LiveIndex::set_instance`]);
 //! - the alive nodes grouped by *class*: equal architecture, zone, taints, and labels among the
 //!   keys placements name, so the hard filters and `prefer` of a placement are checked once per
@@ -31,6 +32,8 @@
 //! that differ in what placements look at (a placement requiring a host name label) form a class
 //! each, and the filter check becomes linear in those nodes again. A run of requests that fits
 //! nowhere costs one pass over every node to explain why, as in [`schedule`](super::schedule).
+//! Storage is no class attribute: a request that mounts volumes checks each node it looks at,
+//! and one whose volume is attached to a node may look at every node to find that one.
 //!
 //! [`Rebalance::Off`]: super::Rebalance::Off
 
