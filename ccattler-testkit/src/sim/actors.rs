@@ -482,6 +482,9 @@ impl World {
                             format!("{} starts on {here} while it runs on {other}", spec.id);
                         self.violate((Invariant::RunsOnce, detail));
                     }
+                    if !spec.mounts.is_empty() {
+                        self.check_volumes(actor, &here, &spec);
+                    }
                     if delay.is_zero() {
                         self.run_on_node(actor, busy, AgentAction::EnsureRunning { spec });
                     } else {
@@ -490,6 +493,51 @@ impl World {
                 }
                 action => self.run_on_node(actor, busy, action),
             }
+        }
+    }
+
+    /// Checks a start of `spec` on node `actor` (`here`) against [`Invariant::VolumeAttached`]:
+    /// its persistent volumes are attached to this node, and the instance that last started
+    /// with each, if another, no longer runs.
+    fn check_volumes(&mut self, actor: usize, here: &str, spec: &ccattler_core::InstanceSpec) {
+        // An init step mounts its instance's volumes: it is judged as its instance.
+        let owner = spec
+            .env
+            .get("CCATTLER_INSTANCE")
+            .unwrap_or(&spec.id)
+            .clone();
+        let volumes = match check::persistent_volumes(&self.store, here, &owner) {
+            Ok(volumes) => volumes,
+            Err(broken) => return self.violate(broken),
+        };
+        for (volume, attached) in volumes {
+            let before = self.mounted.get(&volume).filter(|(.., a)| *a == attached);
+            if let Some((node, ..)) = before.filter(|(node, ..)| *node != actor) {
+                let there = match self.actors.get(*node) {
+                    Some(Actor::Node(n)) => n.name.clone(),
+                    _ => format!("actor {node}"),
+                };
+                let detail = format!(
+                    "{owner} starts on {here} with volume {volume}, whose data is on {there}"
+                );
+                return self.violate((Invariant::VolumeAttached, detail));
+            }
+            let holder = before.filter(|(_, o, _)| *o != owner);
+            let running = holder.and_then(|(node, other, _)| match self.actors.get(*node) {
+                Some(Actor::Node(n)) if n.machine.is_some() => {
+                    let alive = n.runtime.state(other).is_some_and(|s| !s.has_ended());
+                    alive.then(|| format!("{other} on {}", n.name))
+                }
+                _ => None,
+            });
+            if let Some(running) = running {
+                let detail = format!(
+                    "{owner} starts on {here} with volume {volume} while {running} runs with it"
+                );
+                return self.violate((Invariant::VolumeAttached, detail));
+            }
+            self.mounted
+                .insert(volume, (actor, owner.clone(), attached));
         }
     }
 

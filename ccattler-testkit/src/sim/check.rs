@@ -21,7 +21,7 @@ use std::time::Duration;
 use ccattler_controllers::standard::{Cluster, Standing};
 use ccattler_core::schema::{
     self, Assignment, DesiredInstance, DesiredState, Endpoints, InstanceObservation, ObservedState,
-    RecordKey,
+    RecordKey, VolumeAttachment,
 };
 use ccattler_core::{EventKind, FactStore, FactView, Key, Op, Revision, Txn, Value};
 use ccattler_store::{MemoryStore, MemoryWatch};
@@ -102,6 +102,11 @@ pub enum Invariant {
     /// No commit of a runner replica lands while another replica holds the leadership (the
     /// fence on every leader's commit makes a deposed leader's commits fail).
     DeposedWrite,
+    /// An instance starts with a persistent volume only on the node that volume is attached
+    /// to, and only where it started before (its data is there) unless the volume was released
+    /// and attached anew since; and never while another instance that mounts it runs (the
+    /// simulators' truth).
+    VolumeAttached,
     /// No workload is stopped unless the control plane asked for it (its placement says stop,
     /// or is gone, as far as its agent could have heard), or its own liveness probe or init
     /// timeout did: never because the control plane was unreachable.
@@ -122,6 +127,7 @@ impl Invariant {
             Invariant::ReadyAfterInit => "ready-after-init",
             Invariant::NoStopForOutage => "no-stop-for-outage",
             Invariant::DeposedWrite => "deposed-write",
+            Invariant::VolumeAttached => "volume-attached",
         }
     }
 }
@@ -614,4 +620,46 @@ pub(crate) fn stop_is_asked(
             _ => Ok(()),
         },
     }
+}
+
+/// The persistent volumes placed instance `owner` mounts on `node`, as its placement carries
+/// them (none when it is no longer placed there), each with the create revision of its
+/// attachment (a new one: the volume was released and attached anew), after checking that each
+/// is attached to `node` in the store (a volume whose attachment is gone is not judged).
+pub(crate) fn persistent_volumes(
+    store: &MemoryStore,
+    node: &str,
+    owner: &str,
+) -> Result<Vec<(String, Revision)>, (Invariant, String)> {
+    let Ok(key) = schema::keys::placement(node, owner) else {
+        return Ok(Vec::new());
+    };
+    let Ok(Some(fact)) = ready(store.get(&key)) else {
+        return Ok(Vec::new());
+    };
+    let Ok(assignment) = schema::decode::<Assignment>(&fact) else {
+        return Ok(Vec::new());
+    };
+    let mut volumes = Vec::new();
+    for volume in assignment.volumes.iter().filter(|v| v.persistent) {
+        let Ok(key) = schema::keys::volume_attachment(&volume.name) else {
+            continue;
+        };
+        let Ok(Some(fact)) = ready(store.get(&key)) else {
+            continue;
+        };
+        if let Ok(attached) = schema::decode::<VolumeAttachment>(&fact)
+            && attached.node != node
+        {
+            return Err((
+                Invariant::VolumeAttached,
+                format!(
+                    "{owner} starts on {node} with volume {}, whose data is on {}",
+                    volume.name, attached.node
+                ),
+            ));
+        }
+        volumes.push((volume.name.clone(), fact.create_revision));
+    }
+    Ok(volumes)
 }

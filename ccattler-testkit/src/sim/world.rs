@@ -186,6 +186,10 @@ pub(crate) struct World {
     /// The nodes each instance id was ever handed to a runtime to start on, in actor order: a
     /// start is checked against those alone, not against every node.
     pub started_on: std::collections::HashMap<String, std::collections::BTreeSet<usize>>,
+    /// The last instance started with each persistent volume: the node actor it started on,
+    /// the instance, and the create revision of the volume's attachment then. A start with the
+    /// volume is checked against it.
+    pub mounted: std::collections::HashMap<String, (usize, String, ccattler_core::Revision)>,
     /// The first invariant broken: the run stops there.
     pub violation: Option<Violation>,
     /// What the nodes' instances use (shared with every node's simulator).
@@ -207,6 +211,7 @@ impl World {
             stops: super::stops::Stops::default(),
             replicas: Vec::new(),
             started_on: std::collections::HashMap::new(),
+            mounted: std::collections::HashMap::new(),
             violation: None,
             load: ccattler_runtime::simulator::Load::new(),
             now: Duration::ZERO,

@@ -5,9 +5,7 @@ use std::fmt;
 
 use ccattler_controllers::apply::DesiredFacts;
 use ccattler_controllers::lang::{self, SourceFile};
-use ccattler_controllers::scheduler::{
-    self, Node, Rebalance, Request, ScheduleInput, VolumeNeed,
-};
+use ccattler_controllers::scheduler::{self, Node, Rebalance, Request, ScheduleInput, VolumeNeed};
 use ccattler_controllers::standard::IntentResolver;
 use ccattler_core::schema::{Cpu, Memory, NodeStatus, RecordKey, ServiceSpec, VolumeSpec};
 
