@@ -363,8 +363,15 @@ fn render(args: &ChaosArgs, summary: &Summary, took: Duration) -> String {
             .convergence_percentile(p)
             .map_or_else(|| "-".to_owned(), |d| format!("{:.1}s", d.as_secs_f64()))
     };
+    // The slowest seed, to replay (`--seed S`) when the tail looks wrong.
+    let slowest = summary
+        .runs
+        .iter()
+        .filter_map(|r| Some((r.time_to_converge?, r.seed)))
+        .max()
+        .map_or_else(String::new, |(_, seed)| format!(" (seed {seed})"));
     out.push_str(&format!(
-        "time to converge after the last fault: p50 {}, p99 {}, max {}\n",
+        "time to converge after the last fault: p50 {}, p99 {}, max {}{slowest}\n",
         show(50),
         show(99),
         show(100)
