@@ -1,7 +1,8 @@
 //! The standard controllers at scale: 1,000 and 10,000 nodes, ten running instances per node
 //! (services of 100: 10,000 and 100,000 instances). One node dies; measured: the instance
 //! controller's pass that replaces its ten instances, and the scheduler controller's pass that
-//! places the replacements. Every service scales on `cpu = 60` and every node reports its
+//! places the replacements (also beside 1,000 persistent volumes attached to nodes, at 10,000
+//! nodes: `_beside_volumes`). Every service scales on `cpu = 60` and every node reports its
 //! telemetry; one node's use moves (within the tolerance); measured: the autoscaler's pass.
 //! One instance reports a restart; measured: the rollout controller's pass (every rollout is
 //! complete, so it only reads the service again), and the init controller's (every service has
@@ -24,7 +25,7 @@ use ccattler_controllers::standard::{
 use ccattler_core::schema::{
     self, Assignment, Cpu, DesiredInstance, DesiredState, EffectiveService, HorizontalScale,
     InitStep, InstanceObservation, InstanceUsage, Memory, NodeStatus, NodeTelemetry, ObservedState,
-    Resources, ScaleTarget, ServiceSpec,
+    Resources, ScaleTarget, ServiceSpec, VolumeAttachment, VolumeSpec,
 };
 use ccattler_core::{
     Change, Controller, Fact, FactView, Key, ReconcileContext, Revision, SequentialIds, Value,
@@ -36,6 +37,8 @@ const SIZES: [usize; 2] = [1_000, 10_000];
 /// Running instances per node.
 const PER_NODE: usize = 10;
 const PER_SERVICE: usize = 100;
+/// Persistent volumes attached to nodes, in the variant that has them.
+const VOLUMES: usize = 1_000;
 /// CPU each instance uses, in millicores: 60 % of its 100m request, the services' target.
 const USED_MILLIS: u64 = 60;
 
@@ -183,6 +186,37 @@ fn use_moved(base: &FactView, moved: usize) -> FactView {
 }
 
 /// `base` after node `dead` lost its lease.
+/// `base` with `count` persistent volumes declared, each attached to a node (the data of a
+/// stateful identity no instance runs with now): what a pass of the scheduler reads besides.
+fn with_volumes(base: &FactView, count: usize) -> FactView {
+    let mut view = base.clone();
+    let nodes = view.scan(schema::OBSERVED_NODES).count();
+    for v in 0..count {
+        let name = format!("vol-{v:04}");
+        let spec = VolumeSpec {
+            name: name.clone(),
+            size: Memory::from_bytes(1 << 30),
+            persistent: true,
+        };
+        view.insert(fact(
+            schema::keys::volume(&name).expect("key"),
+            schema::encode(&spec),
+        ));
+        let attachment = VolumeAttachment {
+            volume: name.clone(),
+            node: node_name(v % nodes),
+            instance: None,
+            size: spec.size,
+            persistent: true,
+        };
+        view.insert(fact(
+            schema::keys::volume_attachment(&name).expect("key"),
+            schema::encode(&attachment),
+        ));
+    }
+    view
+}
+
 fn node_died(base: &FactView, dead: usize) -> FactView {
     let mut view = base.clone();
     let lease = schema::keys::node_lease(&node_name(dead)).expect("key");
@@ -215,8 +249,8 @@ fn reconcile(controller: &dyn Controller, view: &FactView) -> Vec<Change> {
 fn one_dead_node(c: &mut Criterion) {
     let mut group = c.benchmark_group("controllers");
     group.sample_size(30);
-    for nodes in SIZES {
-        let base = cluster(nodes);
+    for (nodes, volumes) in [(1_000, 0), (10_000, 0), (10_000, VOLUMES)] {
+        let base = with_volumes(&cluster(nodes), volumes);
         let instances = InstanceController::new();
         let scheduler = SchedulerController::new();
         // Warm both caches on the converged cluster (the first pass reads every fact).
@@ -229,7 +263,8 @@ fn one_dead_node(c: &mut Criterion) {
             "everything is placed"
         );
         let mut dead = 0usize;
-        let id = BenchmarkId::new("instances_replace_one_dead_node", nodes);
+        let with = if volumes > 0 { "_beside_volumes" } else { "" };
+        let id = BenchmarkId::new(format!("instances_replace_one_dead_node{with}"), nodes);
         group.bench_function(id, |b| {
             b.iter_batched(
                 || {
@@ -248,7 +283,10 @@ fn one_dead_node(c: &mut Criterion) {
                 BatchSize::LargeInput,
             )
         });
-        let id = BenchmarkId::new("scheduler_place_one_dead_nodes_replacements", nodes);
+        let id = BenchmarkId::new(
+            format!("scheduler_place_one_dead_nodes_replacements{with}"),
+            nodes,
+        );
         group.bench_function(id, |b| {
             b.iter_batched(
                 || {

@@ -73,8 +73,9 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// places, not for every node: after one node of 10,000 dies, placing its ten instances elsewhere
 /// reads a handful of nodes, about as fast as in a cluster of 1,000. The first pass, or the first
 /// after a failed one, reads everything.
-/// Each pass reads the volume declarations and attachments (a few records per volume). A
-/// request that mounts a volume attached to a node may look at every node to find that one.
+/// Each pass sums the sizes of the volumes attached to each node (the records are decoded once,
+/// as they change). A request that mounts a volume attached to a node may look at every node to
+/// find that one.
 /// An instance that fits nowhere costs a pass over every node, to count in its
 /// [`Unsatisfied`](crate::scheduler::Unsatisfied) reason why each node cannot take it.
 ///
@@ -136,10 +137,11 @@ impl Controller for SchedulerController {
                 index,
                 pending,
                 spread,
+                volumes,
                 ..
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
-            plan(cluster, index, facts, &mut changes)?;
+            plan((cluster, volumes), index, facts, &mut changes)?;
             if let Some(sweep_in) =
                 spread.suggest(cluster, index, facts, ctx.now(), &mut changes)?
             {
@@ -189,7 +191,7 @@ fn mirror(
 /// Places the running instances without a placement, writes why the rest fit nowhere, and
 /// deletes stale reasons and orphaned placements.
 fn plan(
-    cluster: &Cluster,
+    (cluster, volumes): (&Cluster, &Volumes),
     index: &mut LiveIndex,
     facts: &FactView,
     changes: &mut Vec<Change>,
@@ -205,7 +207,6 @@ fn plan(
         }
     }
     // The volumes each request mounts, or why it waits (held by another instance).
-    let volumes = Volumes::read(facts);
     index.reset_storage(volumes.reserved());
     let candidates: Vec<_> = cluster
         .unplaced()

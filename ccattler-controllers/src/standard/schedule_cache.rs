@@ -10,6 +10,7 @@ use ccattler_core::{FactView, Key};
 
 use super::cluster::Cluster;
 use super::spread::SpreadState;
+use super::volumes::Volumes;
 use crate::scheduler::LiveIndex;
 
 /// What the scheduler controller keeps between passes, all derived from the last view.
@@ -24,6 +25,8 @@ pub(crate) struct ScheduleState {
     pub pending: BTreeSet<String>,
     /// Which services' rebalancing suggestions to judge next.
     pub spread: SpreadState,
+    /// The volumes of the view: declarations and attachments.
+    pub volumes: Volumes,
 }
 
 /// Keeps a [`ScheduleState`] in step with the snapshots the scheduler controller is handed.
@@ -90,6 +93,7 @@ fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
         index,
         pending: BTreeSet::new(),
         spread: SpreadState::default(),
+        volumes: Volumes::read(view),
     };
     (state, check)
 }
@@ -103,6 +107,7 @@ fn patch(state: &mut ScheduleState, view: &FactView) -> BTreeSet<String> {
     let mut node_changed = false;
     for (key, _, new) in view.changes_since(&state.view) {
         state.cluster.apply(key, new);
+        state.volumes.apply(key, new);
         classify(key, &mut ids, &mut nodes, &mut services);
         match RecordKey::parse(key) {
             Some(RecordKey::Rebalance(service)) => {

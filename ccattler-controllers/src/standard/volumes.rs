@@ -22,40 +22,69 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ccattler_core::schema::RecordKey;
 use ccattler_core::schema::{
     self, Memory, ServiceSpec, VolumeAttachment, VolumeSpec, claimed_volume, volume_claim,
 };
-use ccattler_core::{Change, FactView, Key, ReconcileError};
+use ccattler_core::{Change, Fact, FactView, Key, ReconcileError};
 
 use super::cluster::{Cluster, Instance};
 use crate::scheduler::VolumeNeed;
 
-/// The volumes of one view: declarations and attachments.
+/// The volumes of one view: declarations and attachments, by the names their keys give. Kept
+/// by the scheduler's cache and patched with the view's changes, so a pass decodes only the
+/// volume records that changed.
 #[derive(Debug, Default)]
-pub(super) struct Volumes {
+pub(crate) struct Volumes {
     declared: BTreeMap<String, VolumeSpec>,
     attached: BTreeMap<String, (Key, VolumeAttachment)>,
 }
 
 impl Volumes {
-    /// Reads `desired/volume/` and `volume/attachment/` of `facts` (records that do not decode
-    /// are left out: a declaration so, or one whose name is not a valid volume name, is not
-    /// declared, and an attachment so is rewritten when an instance mounts its volume).
-    pub(super) fn read(facts: &FactView) -> Self {
-        let declared = facts
-            .scan(schema::DESIRED_VOLUMES)
-            .filter_map(|fact| schema::decode::<VolumeSpec>(fact).ok())
-            .filter(|spec| schema::keys::volume(&spec.name).is_ok())
-            .map(|spec| (spec.name.clone(), spec))
-            .collect();
-        let attached = facts
-            .scan(schema::VOLUME_ATTACHMENTS)
-            .filter_map(|fact| {
-                let attachment = schema::decode::<VolumeAttachment>(fact).ok()?;
-                Some((attachment.volume.clone(), (fact.key.clone(), attachment)))
-            })
-            .collect();
-        Volumes { declared, attached }
+    /// Reads `desired/volume/` and `volume/attachment/` of `facts` (see [`apply`](Self::apply)).
+    pub(crate) fn read(facts: &FactView) -> Self {
+        let mut volumes = Volumes::default();
+        let records = facts.scan(schema::DESIRED_VOLUMES);
+        for fact in records.chain(facts.scan(schema::VOLUME_ATTACHMENTS)) {
+            volumes.apply(&fact.key, Some(fact));
+        }
+        volumes
+    }
+
+    /// Takes in one changed fact (`None`: deleted); keys of other records are ignored. A record
+    /// that does not decode is left out: a declaration so, or one whose name is not a valid
+    /// volume name, is not declared, and an attachment so is rewritten when an instance mounts
+    /// its volume.
+    pub(crate) fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
+        let text = key.as_str();
+        if !text.starts_with(schema::DESIRED_VOLUMES)
+            && !text.starts_with(schema::VOLUME_ATTACHMENTS)
+        {
+            return;
+        }
+        match RecordKey::parse(key) {
+            Some(RecordKey::Volume(name)) => {
+                let spec = fact
+                    .and_then(|f| schema::decode::<VolumeSpec>(f).ok())
+                    .filter(|_| schema::keys::volume(name).is_ok());
+                match spec {
+                    Some(spec) => self.declared.insert(name.to_owned(), spec),
+                    None => self.declared.remove(name),
+                };
+            }
+            Some(RecordKey::VolumeAttachment(name)) => {
+                match fact.and_then(|f| schema::decode::<VolumeAttachment>(f).ok()) {
+                    Some(attachment) => {
+                        self.attached
+                            .insert(name.to_owned(), (key.clone(), attachment));
+                    }
+                    None => {
+                        self.attached.remove(name);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// What the attached volumes reserve of each node's storage.
@@ -108,15 +137,11 @@ impl Volumes {
                      one instance at a time"
                 ));
             }
-            let held_by = |a: &VolumeAttachment| {
-                a.instance
-                    .as_deref()
-                    .filter(|holder| *holder != id && holds(cluster, holder, a))
-                    .map(str::to_owned)
-            };
             let mut attachment = self.attached.get(name).map(|(_, a)| a);
             if let Some(a) = attachment
-                && let Some(holder) = held_by(a)
+                && let Some(holder) = a.instance.as_deref()
+                && holder != id
+                && holds(cluster, holder, a)
             {
                 return Err(format!(
                     "volume {name} is attached to instance {holder} on node {}: a volume is \
