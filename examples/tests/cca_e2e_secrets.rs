@@ -31,6 +31,7 @@ fn service(marker: &str) -> String {
 
 volume out {{
     size 1Mi
+    persistent true
 }}
 "#
     )
@@ -94,7 +95,7 @@ async fn secrets_are_never_empty_and_changes_reach_the_running_instance() {
     children
         .0
         .push(start_agent(&dir, &url, "n1", &token, &flags));
-    let volume = dir.join("n1").join("agent").join("volumes").join("out");
+    let volume = dir.join("n1/agent/volumes/persistent/out");
 
     // Neither secret exists: pending, with the reason, and nothing runs.
     apply(&dir, &url, &admin, &service(&marker), &[]);
