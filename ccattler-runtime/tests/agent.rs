@@ -425,8 +425,9 @@ async fn init_steps_run_in_order_before_the_main_process() {
     node.place("prepared", &spec, DesiredState::Running).await;
     let seen = node.wait_for("prepared", "running", running).await;
     assert_eq!(seen.init_done, 2);
-    let order = std::fs::read_to_string(node.dir.path().join("agent/volumes/persistent/data/order"))
-        .expect("written by the init steps");
+    let order =
+        std::fs::read_to_string(node.dir.path().join("agent/volumes/persistent/data/order"))
+            .expect("written by the init steps");
     assert_eq!(order, "one\ntwo\n");
 
     // A failing step is tried again in place, with what it printed in the report; the
