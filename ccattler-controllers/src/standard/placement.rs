@@ -196,25 +196,22 @@ fn plan(
     facts: &FactView,
     changes: &mut Vec<Change>,
 ) -> Result<(), ReconcileError> {
-    // Each service's host ports, once per pass, for its requests to borrow.
+    // Each service's host ports, once per pass, for its requests to borrow; and the names of
+    // the volumes each instance mounts. An instance of a deleted service is left out: the
+    // instance controller stops it.
     let mut needs: BTreeMap<&str, (Vec<u16>, u32)> = BTreeMap::new();
+    let mut candidates = Vec::new();
     for instance in cluster.unplaced() {
         let service = instance.desired.service.as_str();
         if let Some(spec) = cluster.services.get(service) {
             needs
                 .entry(service)
                 .or_insert_with(|| crate::scheduler::port_needs(spec));
+            candidates.push((instance, spec, Volumes::names(instance, spec)));
         }
     }
     // The volumes each request mounts, or why it waits (held by another instance).
     index.reset_storage(volumes.reserved());
-    let candidates: Vec<_> = cluster
-        .unplaced()
-        .filter_map(|instance| {
-            let spec = cluster.services.get(&instance.desired.service)?;
-            Some((instance, spec, Volumes::names(instance, spec)))
-        })
-        .collect(); // an instance of a deleted service is left out: the instance controller stops it
     let mut claimed = BTreeMap::new();
     let mut waiting: Vec<(&str, String)> = Vec::new();
     let mut mounts: Vec<Vec<VolumeNeed<'_>>> = Vec::new();

@@ -184,8 +184,11 @@ impl Volumes {
             if carried.iter().any(|v| v.name == name) {
                 continue;
             }
-            let before = self.attached.get(&name).map(|(_, a)| a);
-            let before = before.filter(|a| a.persistent || a.instance == Some(instance.id.clone()));
+            let held = self.attached.get(&name).map(|(_, a)| a);
+            // What is left of a volume that is not persistent, and not this instance's, is
+            // attached anew from its declaration.
+            let before = held
+                .filter(|a| a.persistent || a.instance.as_deref() == Some(instance.id.as_str()));
             let attachment = VolumeAttachment {
                 volume: name.clone(),
                 node: node.to_owned(),
@@ -198,7 +201,7 @@ impl Volumes {
                 size: attachment.size,
                 persistent: attachment.persistent,
             });
-            if self.attached.get(&name).map(|(_, a)| a) != Some(&attachment) {
+            if held != Some(&attachment) {
                 changes.push(Change::put(
                     schema::keys::volume_attachment(&name)?,
                     schema::encode(&attachment),

@@ -125,6 +125,8 @@ fn unplaced(
             spec.volumes
                 .iter()
                 .filter_map(|mount| volumes.iter().find(|v| v.name == mount.volume))
+                // Named after the instance: each instance's volumes are its own here (a
+                // stateful identity's), and only their sizes count.
                 .map(|volume| VolumeNeed {
                     name: id,
                     size: volume.size,
