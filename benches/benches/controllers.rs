@@ -152,6 +152,7 @@ fn cluster(nodes: usize) -> FactView {
                 service: spec.name.clone(),
                 cpu: Cpu::from_millis(USED_MILLIS),
                 memory: Memory::from_bytes(64 << 20),
+                disk: Memory::ZERO,
             };
             let record = telemetry.entry(node).or_default();
             record.cpu = Cpu::from_millis(record.cpu.millis() + USED_MILLIS);

@@ -96,6 +96,7 @@ fn cluster() -> FactView {
                 service: name.into(),
                 cpu: Cpu::from_millis(60),
                 memory: Memory::from_bytes(32 << 20),
+                disk: Memory::ZERO,
             };
             telemetry.entry(node).or_default().usage.insert(id, usage);
         }

@@ -19,9 +19,14 @@ use super::quantity::{Cpu, Memory};
 /// The agent samples every running instance at each look at its runtime (every second), and
 /// writes this record at most once per telemetry interval (10 s by default): only when an
 /// instance started or stopped running, or one's CPU or memory moved from what the record holds
-/// by at least a tenth (and by at least 10m of CPU or 1Mi of memory). A node whose instances
-/// idle writes nothing. So the record may lag what runs by up to one interval, and hold a value
-/// up to a tenth away from the last sample.
+/// by at least a tenth (and by at least 10m of CPU or 1Mi of memory), or a volume appeared,
+/// went, or its disk use moved by at least a tenth (and 1Mi). A node whose instances idle
+/// writes nothing. So the record may lag what runs by up to one interval, and hold a value up
+/// to a tenth away from the last sample.
+///
+/// Volumes' disk use is measured (a walk of their directories, counting the blocks their files
+/// hold) at each telemetry interval while the node holds volume data or its placements mount
+/// volumes, just before the record is judged.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NodeTelemetry {
@@ -33,6 +38,27 @@ pub struct NodeTelemetry {
     pub instances: u32,
     /// Each running instance's use, by instance id.
     pub usage: BTreeMap<String, InstanceUsage>,
+    /// The disk used by each persistent volume's data on the node, by the volume's claim
+    /// ([`volume_claim`](super::volume_claim): `data`, or `data@0` for a stateful identity),
+    /// whether or not an instance mounts it now: data no attachment points here is data an
+    /// operator may want back, or to delete (nothing deletes it on its own).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, Memory>,
+}
+
+impl NodeTelemetry {
+    /// Whether `now`'s volumes differ enough from `self`'s (what the record holds) to be
+    /// written: one appeared or went, or one's use moved by a tenth and at least 1Mi.
+    pub fn volumes_worth_writing(&self, now: &NodeTelemetry) -> bool {
+        self.volumes.len() != now.volumes.len()
+            || self
+                .volumes
+                .iter()
+                .zip(&now.volumes)
+                .any(|((name, before), (now_name, used))| {
+                    name != now_name || moved(before.bytes(), used.bytes(), 1 << 20)
+                })
+    }
 }
 
 /// What one running instance uses, as its node's agent last wrote it in [`NodeTelemetry`].
@@ -45,19 +71,26 @@ pub struct InstanceUsage {
     pub cpu: Cpu,
     /// Resident memory.
     pub memory: Memory,
+    /// The disk used by the instance's volumes that are not persistent (deleted with it).
+    #[serde(skip_serializing_if = "Memory::is_zero")]
+    pub disk: Memory,
 }
 
 impl InstanceUsage {
     /// Whether `now` differs enough from `self` (what the record holds) to be written: by at
-    /// least a tenth and at least 10m of CPU, or a tenth and 1Mi of memory, or another service.
+    /// least a tenth and at least 10m of CPU, or a tenth and 1Mi of memory or of disk, or
+    /// another service.
     pub fn worth_writing(&self, now: &InstanceUsage) -> bool {
-        let moved = |before: u64, now: u64, floor: u64| {
-            before.abs_diff(now) >= floor.max(before / 10).max(1)
-        };
         self.service != now.service
             || moved(self.cpu.millis(), now.cpu.millis(), 10)
             || moved(self.memory.bytes(), now.memory.bytes(), 1 << 20)
+            || moved(self.disk.bytes(), now.disk.bytes(), 1 << 20)
     }
+}
+
+/// Whether a value moved from `before` to `now` by at least a tenth and at least `floor`.
+fn moved(before: u64, now: u64, floor: u64) -> bool {
+    before.abs_diff(now) >= floor.max(before / 10).max(1)
 }
 
 #[cfg(test)]
@@ -69,6 +102,7 @@ mod tests {
             service: "web".into(),
             cpu: Cpu::from_millis(cpu),
             memory: Memory::from_bytes(memory),
+            disk: Memory::ZERO,
         }
     }
 
@@ -91,5 +125,30 @@ mod tests {
             ..held.clone()
         };
         assert!(held.worth_writing(&other));
+        let filled = InstanceUsage {
+            disk: Memory::from_bytes(2 << 20),
+            ..held.clone()
+        };
+        assert!(held.worth_writing(&filled), "2Mi written to its volumes");
+    }
+
+    #[test]
+    fn volumes_are_written_when_they_come_go_or_grow() {
+        let node = |volumes: &[(&str, u64)]| NodeTelemetry {
+            volumes: volumes
+                .iter()
+                .map(|(name, bytes)| ((*name).to_owned(), Memory::from_bytes(*bytes)))
+                .collect(),
+            ..NodeTelemetry::default()
+        };
+        let held = node(&[("data", 100 << 20)]);
+        assert!(!held.volumes_worth_writing(&node(&[("data", 105 << 20)])));
+        assert!(held.volumes_worth_writing(&node(&[("data", 110 << 20)])));
+        assert!(held.volumes_worth_writing(&node(&[])), "gone");
+        assert!(
+            held.volumes_worth_writing(&node(&[("logs", 100 << 20)])),
+            "another"
+        );
+        assert!(!node(&[("data", 0)]).volumes_worth_writing(&node(&[("data", 512 << 10)])));
     }
 }

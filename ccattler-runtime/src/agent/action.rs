@@ -166,6 +166,13 @@ pub enum Action {
         /// Where the instance serves, if it does.
         address: Option<String>,
     },
+    /// Measure the disk the node's volumes use under `dir` ([`measure_volumes`](super::measure_volumes):
+    /// a walk of their directories, on a thread of its own). Report with
+    /// [`volumes_measured`](super::AgentLoop::volumes_measured).
+    MeasureVolumes {
+        /// The node's volumes directory (`{cache_dir}/volumes`).
+        dir: std::path::PathBuf,
+    },
     /// Write the cache file (private, synced, renamed into place). Nothing to report; a failure
     /// is the driver's to log. Never asked for when
     /// [`AgentConfig::persist_cache`](super::AgentConfig::persist_cache) is off.
@@ -209,6 +216,7 @@ impl Action {
             | Action::ReadOutput { .. }
             | Action::Probe { .. } => Lane::Runtime,
             Action::SaveCache { .. }
+            | Action::MeasureVolumes { .. }
             | Action::Disconnected { .. }
             | Action::RuntimeFailed { .. } => Lane::Local,
         }
@@ -258,6 +266,7 @@ impl fmt::Display for Action {
             Action::Remove { id, .. } => write!(f, "remove {id}"),
             Action::ReadOutput { id, lines } => write!(f, "read_output {id} ({lines} lines)"),
             Action::Probe { id, kind, .. } => write!(f, "probe {} {id}", kind.name()),
+            Action::MeasureVolumes { .. } => f.write_str("measure volumes"),
             Action::SaveCache { desired } => {
                 write!(f, "save cache ({} placements)", desired.placements.len())
             }

@@ -122,6 +122,15 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                     Action::RuntimeFailed { reason } => {
                         tracing::warn!(node = %node, "{reason}");
                     }
+                    Action::MeasureVolumes { dir } => {
+                        // A walk of the volumes' files: on a blocking thread, never the loop's.
+                        runtime_ops.push(Box::pin(async move {
+                            let measured =
+                                tokio::task::spawn_blocking(move || super::measure_volumes(&dir));
+                            // A walk that panicked measured nothing: the round goes on without.
+                            Some(Outcome::VolumesMeasured(measured.await.unwrap_or_default()))
+                        }));
+                    }
                     action if action.lane() == Lane::Store => {
                         let store = self.store.clone();
                         let (node, ttl) = (node.clone(), self.config.lease_ttl);

@@ -13,6 +13,7 @@ use super::config::AgentConfig;
 use super::plan::Track;
 use super::probe::ProbeKind;
 use super::scope::Scope;
+use super::telemetry::Measuring;
 use super::work::{Observe, Work};
 
 /// While a start is in flight (an image pull can take long), how often the runtime is observed
@@ -243,6 +244,10 @@ pub struct AgentLoop {
     pub(super) telemetry_written: Option<NodeTelemetry>,
     /// When the telemetry is looked at again.
     pub(super) telemetry_at: Duration,
+    /// What the last measurement of the node's volumes found (`None`: none was taken yet).
+    pub(super) disk: Option<super::VolumeDisk>,
+    /// Where this telemetry round's measurement of the volumes stands.
+    pub(super) measuring: Measuring,
     /// The slots of the events this node writes, per instance.
     pub(super) event_ring: EventRing,
     /// The wall-clock time of `now` zero, for the events' timestamps.
@@ -292,6 +297,8 @@ impl AgentLoop {
             secrets_refresh_at: Duration::ZERO,
             telemetry_written: None,
             telemetry_at: Duration::ZERO,
+            disk: None,
+            measuring: Measuring::Due,
             event_ring,
             epoch: SystemTime::UNIX_EPOCH,
             outbox: VecDeque::new(),
@@ -352,7 +359,9 @@ impl AgentLoop {
             .flatten()
             .min();
         let batched = batched.filter(|_| !observing);
-        let telemetry = self.telemetry_due().filter(|_| self.store_busy.is_none());
+        let telemetry = self
+            .telemetry_due()
+            .filter(|_| self.store_busy.is_none() && self.measuring != Measuring::InFlight);
         [link, pass, progress, batched, telemetry]
             .into_iter()
             .flatten()
@@ -385,6 +394,9 @@ impl AgentLoop {
             return Some(Action::SaveCache {
                 desired: Box::new(self.desired.clone()),
             });
+        }
+        if let Some(action) = self.measure_work() {
+            return Some(action);
         }
         if self.store_busy.is_none()
             && let Some(action) = self.store_work()

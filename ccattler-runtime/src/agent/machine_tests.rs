@@ -19,6 +19,8 @@ use crate::simulator::SimulatorRuntime;
 
 const NODE: &str = "n1";
 const TTL: Duration = Duration::from_secs(3);
+/// The cache directory of a loop that keeps no files.
+const NO_DIR: &str = "/nonexistent/agent";
 
 /// One agent loop over a store and a simulator, driven by hand.
 pub(super) struct Step {
@@ -36,6 +38,8 @@ pub(super) struct Step {
     held: std::collections::BTreeMap<String, Option<perform::Outcome>>,
     /// The lease a [`Action::KeepLease`] keeps: renewed every `every`, next at `due`.
     kept: Option<Kept>,
+    /// The agent's cache directory (its volumes' data under `volumes/`).
+    cache_dir: std::path::PathBuf,
 }
 
 /// A standing order to keep a lease alive, as the driver's keeper performs it.
@@ -50,7 +54,27 @@ impl Step {
         let clock = ManualClock::new();
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
-        Step::over(store, clock, SimulatorRuntime::new(), Desired::default())
+        Step::over(
+            store,
+            clock,
+            SimulatorRuntime::new(),
+            Desired::default(),
+            NO_DIR.into(),
+        )
+    }
+
+    /// A loop whose cache directory is `dir`, on a fresh store.
+    pub(super) fn in_dir(dir: &std::path::Path) -> Self {
+        let clock = ManualClock::new();
+        let store =
+            MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
+        Step::over(
+            store,
+            clock,
+            SimulatorRuntime::new(),
+            Desired::default(),
+            dir.into(),
+        )
     }
 
     /// A loop over `sim`, on a fresh store.
@@ -58,11 +82,17 @@ impl Step {
         let clock = ManualClock::new();
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
-        Step::over(store, clock, sim, Desired::default())
+        Step::over(store, clock, sim, Desired::default(), NO_DIR.into())
     }
 
-    fn over(store: MemoryStore, clock: ManualClock, sim: SimulatorRuntime, cache: Desired) -> Self {
-        let config = AgentConfig::new(NODE, "/nonexistent/agent")
+    fn over(
+        store: MemoryStore,
+        clock: ManualClock,
+        sim: SimulatorRuntime,
+        cache: Desired,
+        cache_dir: std::path::PathBuf,
+    ) -> Self {
+        let config = AgentConfig::new(NODE, &cache_dir)
             .lease_ttl(TTL)
             .sync_interval(Duration::from_millis(100))
             .secret_refresh_interval(Duration::from_millis(500))
@@ -79,13 +109,14 @@ impl Step {
             log: Vec::new(),
             held: std::collections::BTreeMap::new(),
             kept: None,
+            cache_dir,
         }
     }
 
     /// A new loop (an agent restart) over the same store, runtime and cache.
     fn restart(self) -> Self {
         let cache = self.machine.desired().clone();
-        Step::over(self.store, self.clock, self.sim, cache)
+        Step::over(self.store, self.clock, self.sim, cache, self.cache_dir)
     }
 
     /// Performs actions until the loop waits.
@@ -129,6 +160,9 @@ impl Step {
                 self.kept = Some(Kept { lease, every, due });
             }
             Action::SaveCache { .. } | Action::RuntimeFailed { .. } => {}
+            Action::MeasureVolumes { dir } => {
+                self.machine.volumes_measured(super::measure_volumes(&dir));
+            }
             Action::EnsureRunning { spec } if self.held.contains_key(&spec.id) => {
                 self.sim.faults().slow_start(spec.id.clone());
                 let id = spec.id.clone();

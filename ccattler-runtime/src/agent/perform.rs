@@ -55,6 +55,8 @@ pub enum Outcome {
         /// The lines, or why they could not be read.
         result: Result<String, RuntimeError>,
     },
+    /// Of [`Action::MeasureVolumes`].
+    VolumesMeasured(super::VolumeDisk),
     /// Of [`Action::Probe`] of instance `id`.
     Probed {
         /// The instance probed.
@@ -79,6 +81,7 @@ impl Outcome {
             Outcome::Done { id, result } => machine.done(&id, result),
             Outcome::ReadOutput { id, result } => machine.read_output(&id, result),
             Outcome::Probed { id, result } => machine.probed(&id, result),
+            Outcome::VolumesMeasured(disk) => machine.volumes_measured(disk),
         }
     }
 

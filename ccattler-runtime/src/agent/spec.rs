@@ -6,6 +6,7 @@ use ccattler_core::schema::{PortBinding, RestartPolicy, ServiceSpec, claimed_vol
 use ccattler_core::{FileSpec, InstanceSpec, InstanceState, MountSpec};
 
 use super::cache::Desired;
+use super::disk::claim_dir;
 
 /// A secret a spec names whose value the agent does not hold: the instance cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +89,8 @@ pub(super) fn instance_spec(
 /// The mounts of placed instance `id`'s volumes. Where a volume's data is on the node follows
 /// what its placement carries (the volume's name for this instance, and whether it is
 /// persistent): a persistent volume's under `{volumes_dir}/persistent/{name}` (`data`, or
-/// `data@0` for the first identity of a stateful service), kept for the next instance; any
+/// `data@0` for the first identity of a stateful service; see [`claim_dir`]), kept for the
+/// next instance; any
 /// other's under `{volumes_dir}/instance/{id}/{volume}`, deleted with the instance
 /// ([`instance_data`]). A volume the placement does not list (written by a scheduler that
 /// listed none) is taken as persistent under its declared name: nothing is deleted that might
@@ -104,7 +106,7 @@ fn mounts(id: &str, spec: &ServiceSpec, desired: &Desired, volumes_dir: &Path) -
             let name = attached.map_or(v.volume.as_str(), |p| p.name.as_str());
             let source = match instance_data(volumes_dir, id) {
                 Some(data) if !persistent => data.join(&v.volume),
-                _ => volumes_dir.join("persistent").join(name),
+                _ => claim_dir(volumes_dir, name),
             };
             MountSpec {
                 source,

@@ -1,11 +1,23 @@
 //! What the agent writes of its instances' resource use: one `telemetry/node/{node}` record
 //! (see [`NodeTelemetry`] for the update rule), apart from the instances' observations.
 
-use ccattler_core::schema::{self, InstanceUsage, NodeTelemetry};
+use ccattler_core::schema::{self, InstanceUsage, Memory, NodeTelemetry};
 use ccattler_core::{InstanceState, LeaseId, StoreError};
 
+use super::VolumeDisk;
 use super::action::Action;
 use super::machine::{AgentLoop, Link, StoreOp};
+
+/// Where a telemetry round's measurement of the node's volumes stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Measuring {
+    /// To be taken when the round is due (if there is anything to measure).
+    Due,
+    /// Asked for: the round waits for it.
+    InFlight,
+    /// Taken for this round.
+    Taken,
+}
 
 impl AgentLoop {
     /// When the node's telemetry is due to be looked at again, while there is something to
@@ -16,13 +28,45 @@ impl AgentLoop {
         (live && on && self.runtime_seen).then_some(self.telemetry_at)
     }
 
+    /// The measurement of the node's volumes due now: once a telemetry round is due, if the
+    /// node may hold volume data (the first round, data found before, or placements that
+    /// mount volumes).
+    pub(super) fn measure_work(&mut self) -> Option<Action> {
+        if self.measuring != Measuring::Due || self.telemetry_due().is_none_or(|at| self.now < at) {
+            return None;
+        }
+        let mounted = || {
+            self.desired
+                .placements
+                .values()
+                .any(|a| !a.volumes.is_empty())
+        };
+        if self.disk.as_ref().is_some_and(VolumeDisk::is_empty) && !mounted() {
+            return None;
+        }
+        self.measuring = Measuring::InFlight;
+        Some(Action::MeasureVolumes {
+            dir: self.volumes.clone(),
+        })
+    }
+
+    /// The result of [`Action::MeasureVolumes`].
+    pub fn volumes_measured(&mut self, disk: VolumeDisk) {
+        self.disk = Some(disk);
+        if self.measuring == Measuring::InFlight {
+            self.measuring = Measuring::Taken;
+        }
+    }
+
     /// The telemetry write due now, if the record the store holds is out of date (see the
     /// update rule on [`NodeTelemetry`]). Looking again waits a whole interval either way.
     pub(super) fn telemetry_work(&mut self, lease: LeaseId) -> Option<Action> {
-        if self.telemetry_due().is_none_or(|at| self.now < at) {
+        let waiting = self.measuring == Measuring::InFlight;
+        if waiting || self.telemetry_due().is_none_or(|at| self.now < at) {
             return None;
         }
         self.telemetry_at = self.now.saturating_add(self.config.telemetry_interval);
+        self.measuring = Measuring::Due;
         let now = self.telemetry_now();
         if !out_of_date(self.telemetry_written.as_ref(), &now) {
             return None;
@@ -36,6 +80,10 @@ impl AgentLoop {
     /// The use of every placed instance that runs, as the runtime's last samples show it.
     fn telemetry_now(&self) -> NodeTelemetry {
         let mut telemetry = NodeTelemetry::default();
+        let disk = self.disk.as_ref();
+        if let Some(disk) = disk {
+            telemetry.volumes.clone_from(&disk.persistent);
+        }
         for (id, sample) in &self.observed {
             let Some(assignment) = self.desired.placements.get(id) else {
                 continue; // an init step, or what no placement names
@@ -60,6 +108,10 @@ impl AgentLoop {
                     service: assignment.service.clone(),
                     cpu: stats.cpu,
                     memory: stats.memory,
+                    disk: disk
+                        .and_then(|d| d.instances.get(id))
+                        .copied()
+                        .unwrap_or(Memory::ZERO),
                 },
             );
         }
@@ -90,7 +142,8 @@ fn out_of_date(written: Option<&NodeTelemetry>, now: &NodeTelemetry) -> bool {
     let Some(written) = written else {
         return true;
     };
-    written.usage.len() != now.usage.len()
+    written.volumes_worth_writing(now)
+        || written.usage.len() != now.usage.len()
         || written
             .usage
             .iter()

@@ -122,3 +122,83 @@ fn a_node_that_registers_anew_writes_its_telemetry_again_under_the_new_lease() {
     assert_eq!(record.instances, 1);
     assert_eq!(fact.lease, step.machine.lease());
 }
+
+#[test]
+fn volumes_disk_use_is_measured_and_written_with_the_telemetry() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut step = Step::in_dir(dir.path());
+    step.settle();
+    let mut db = service("db", &[]);
+    db.volumes = vec![schema::VolumeMount {
+        volume: "data".into(),
+        path: "/var/lib/db".into(),
+    }];
+    step.put(schema::keys::service(&db.name).expect("key"), &db);
+    for (id, name, persistent) in [("db-1", "data", true), ("db-2", "data", false)] {
+        let assignment = schema::Assignment {
+            instance: id.to_owned(),
+            service: db.name.clone(),
+            node: step.machine.node().to_owned(),
+            version: db.version(),
+            state: DesiredState::Running,
+            ports: Vec::new(),
+            volumes: vec![schema::VolumeSpec {
+                name: name.into(),
+                size: Memory::from_bytes(1 << 30),
+                persistent,
+            }],
+        };
+        let key = schema::keys::placement(step.machine.node(), id).expect("key");
+        step.put(key, &assignment);
+    }
+    step.advance_until("both run", |s| running(s, "db-1") && running(s, "db-2"));
+    // What the instances write (the simulator writes nothing: the test does, where the
+    // agent's mounts put it).
+    let kept = dir.path().join("volumes/persistent/data");
+    let scratch = dir.path().join("volumes/instance/db-2/data");
+    for (at, bytes) in [(&kept, 4 << 20), (&scratch, 2 << 20)] {
+        std::fs::create_dir_all(at).expect("dir");
+        std::fs::write(at.join("file"), vec![1u8; bytes]).expect("write");
+    }
+    step.advance(Duration::from_secs(10));
+    let (record, _) = telemetry(&step).expect("written");
+    assert!(record.volumes["data"].bytes() >= 4 << 20, "{record:?}");
+    assert!(record.usage["db-2"].disk.bytes() >= 2 << 20, "{record:?}");
+    assert!(
+        record.usage["db-1"].disk.is_zero(),
+        "its data is the volume's"
+    );
+
+    // Growth below a tenth costs no write; the data doubling does.
+    let writes = step.count("write telemetry");
+    std::fs::write(kept.join("more"), vec![1u8; 256 << 10]).expect("write");
+    step.advance(Duration::from_secs(10));
+    assert_eq!(step.count("write telemetry"), writes, "under a tenth");
+    std::fs::write(kept.join("most"), vec![1u8; 4 << 20]).expect("write");
+    step.advance(Duration::from_secs(10));
+    assert_eq!(step.count("write telemetry"), writes + 1);
+    let (record, _) = telemetry(&step).expect("written");
+    assert!(record.volumes["data"].bytes() >= 8 << 20, "{record:?}");
+
+    // The instances go: the persistent data stays, and so does its report.
+    step.unplace("db-1");
+    step.unplace("db-2");
+    std::fs::remove_dir_all(dir.path().join("volumes/instance")).expect("gone with db-2");
+    step.advance(Duration::from_secs(20));
+    let (record, _) = telemetry(&step).expect("written");
+    assert!(record.usage.is_empty());
+    assert!(
+        record.volumes["data"].bytes() >= 8 << 20,
+        "kept: {record:?}"
+    );
+}
+
+#[test]
+fn a_node_without_volumes_measures_once() {
+    let mut step = Step::new();
+    step.settle();
+    step.place("web-1", &service("web", &[]), DesiredState::Running);
+    step.advance_until("it runs", |s| running(s, "web-1"));
+    step.advance(Duration::from_secs(60));
+    assert_eq!(step.count("measure volumes"), 1, "the first round only");
+}

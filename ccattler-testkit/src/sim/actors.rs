@@ -428,6 +428,13 @@ impl World {
                     }
                 }
                 AgentAction::SaveCache { desired } => n.disk = *desired,
+                AgentAction::MeasureVolumes { dir } => {
+                    // Simulated instances write no data: what the walk finds is nothing.
+                    let measured = agent::measure_volumes(&dir);
+                    let incarnation = n.incarnation;
+                    let outcome = agent::Outcome::VolumesMeasured(measured);
+                    self.answer(actor, incarnation, COMPUTE, Input::Agent(outcome));
+                }
                 AgentAction::Disconnected { .. } => {
                     self.subs.close_actor(actor);
                     n.watch_generation += 1;
