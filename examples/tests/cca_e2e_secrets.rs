@@ -4,7 +4,8 @@
 //! secret is rewritten in place (no restart), a changed environment secret restarts it.
 //!
 //! The workload copies what it sees (its secret file and its environment variable) into a
-//! volume every 100 ms, where the test reads it.
+//! volume every 100 ms, where the test reads it; `/api/status` then shows the volume attached
+//! to the instance with the disk its data uses, as the agent measured it.
 
 mod processes;
 
@@ -155,4 +156,26 @@ async fn secrets_are_never_empty_and_changes_reach_the_running_instance() {
     let after = observation(&client).await.expect("observed");
     assert_eq!(after.3, id, "the same instance, restarted in place");
     assert_eq!(after.2, 1, "one restart");
+
+    // The volume's data, measured by the agent at its telemetry interval (10 s).
+    let (attached, took) = wait_for(
+        "the volume's disk use in the status",
+        Duration::from_secs(45),
+        async || {
+            let answer = client
+                .json(Method::GET, "/api/status", "")
+                .await
+                .ok()?
+                .ok()?;
+            let attached = answer["volumes"]["attached"].as_array()?.first()?.clone();
+            attached["used"].as_u64().filter(|used| *used > 0)?;
+            Some(attached)
+        },
+    )
+    .await;
+    eprintln!("the volume's use was reported after {took:?}: {attached}");
+    assert_eq!(attached["volume"], "out");
+    assert_eq!(attached["node"], "n1");
+    assert_eq!(attached["instance"].as_str(), Some(id.as_str()));
+    assert_eq!(attached["size"], "1Mi");
 }

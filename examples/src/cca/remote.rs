@@ -368,6 +368,9 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, CliError> {
                 );
             }
         }
+        for line in volume_lines(&answer["volumes"]) {
+            println!("{line}");
+        }
         println!(
             "{} node{} alive; {}",
             answer["nodes"],
@@ -479,6 +482,62 @@ pub fn token(args: &TokenArgs) -> Result<ExitCode, CliError> {
     }
 }
 
+/// What `cca status` says of the volumes (the `volumes` of `/api/status`): one line per
+/// attachment (its node, its instance or none, the size reserved and the disk its data uses,
+/// flagged when over the size: the agent sets no quota), then persistent data a node keeps
+/// that no attachment names.
+fn volume_lines(volumes: &Json) -> Vec<String> {
+    let mut lines = Vec::new();
+    for a in volumes["attached"].as_array().into_iter().flatten() {
+        let size = value_text(&a["size"]);
+        let mut line = format!(
+            "volume {}: {size} on {}, {}",
+            value_text(&a["volume"]),
+            value_text(&a["node"]),
+            match a["instance"].as_str() {
+                Some(instance) => format!("attached to {instance}"),
+                None => "no instance attached (its data waits there)".to_owned(),
+            }
+        );
+        if let Some(used) = a["used"].as_u64() {
+            line.push_str(&format!(", {} used", approx_bytes(used)));
+            let reserved = size
+                .parse::<schema::Memory>()
+                .map_or(u64::MAX, |m| m.bytes());
+            if used > reserved {
+                line.push_str(" (over its size: nothing enforces it, see to it)");
+            }
+        }
+        lines.push(line);
+    }
+    for k in volumes["kept"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "volume {}: {} of data kept on {} that no attachment names (a volume no longer \
+             declared, or one that moved on after its node was lost); delete it on the node \
+             once it is not wanted",
+            value_text(&k["volume"]),
+            approx_bytes(k["used"].as_u64().unwrap_or(0)),
+            value_text(&k["node"]),
+        ));
+    }
+    lines
+}
+
+/// `bytes` for people, to a tenth of a binary unit (`0`, `512`, `1.5Mi`, `20.0Gi`).
+fn approx_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["Ki", "Mi", "Gi", "Ti", "Pi"];
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
 /// What `cca status` says of a service's init steps (the `init` of its `/api/status` row):
 /// nothing once every instance is through them; else the counts, then each instance named
 /// that is not done, with the last line a failed step printed.
@@ -512,6 +571,35 @@ fn init_lines(init: &Json) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volume_lines_show_use_against_size_and_data_no_attachment_names() {
+        assert!(volume_lines(&Json::Null).is_empty());
+        let volumes = json!({
+            "attached": [
+                {"volume": "data@0", "node": "n3", "instance": "db-0", "size": "1Gi",
+                 "persistent": true, "used": 3u64 << 29},
+                {"volume": "data@1", "node": "n1", "instance": null, "size": "20Gi",
+                 "persistent": true, "used": 1u64 << 20},
+                {"volume": "cache", "node": "n2", "instance": "web-1", "size": "1Gi",
+                 "persistent": false, "used": null}
+            ],
+            "kept": [{"volume": "old", "node": "n2", "used": 1536}]
+        });
+        assert_eq!(
+            volume_lines(&volumes),
+            [
+                "volume data@0: 1Gi on n3, attached to db-0, 1.5Gi used (over its size: \
+                 nothing enforces it, see to it)",
+                "volume data@1: 20Gi on n1, no instance attached (its data waits there), \
+                 1.0Mi used",
+                "volume cache: 1Gi on n2, attached to web-1",
+                "volume old: 1.5Ki of data kept on n2 that no attachment names (a volume no \
+                 longer declared, or one that moved on after its node was lost); delete it on \
+                 the node once it is not wanted",
+            ]
+        );
+    }
 
     #[test]
     fn init_lines_name_the_failed_step_and_its_last_output_line() {

@@ -142,8 +142,8 @@ pub fn diagnostics_json(diagnostics: &Diagnostics) -> Vec<Json> {
         .collect()
 }
 
-/// `GET /api/status`: one row per service, the number of live nodes, and the control plane
-/// ([`control_plane`]).
+/// `GET /api/status`: one row per service, the number of live nodes, the volumes
+/// ([`volumes::report`](super::volumes::report)) and the control plane ([`control_plane`]).
 pub async fn status<S: FactStore + Clone>(
     State(api): State<ApiState<S>>,
 ) -> Result<Response, ApiError> {
@@ -204,6 +204,7 @@ pub async fn status<S: FactStore + Clone>(
         "nodes": status.nodes,
         "converged": status.is_converged(),
         "services": services,
+        "volumes": super::volumes::report(&api.store).await?,
         "control_plane": control_plane(&api.store).await?,
     }))
     .into_response())

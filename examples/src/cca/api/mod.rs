@@ -40,6 +40,7 @@ pub mod rollout;
 pub mod state;
 pub mod token_cache;
 pub mod ui;
+pub mod volumes;
 
 use std::future::Future;
 use std::net::SocketAddr;
