@@ -165,6 +165,17 @@ impl Snapshot {
                 } else if i.desired.version != effective.version {
                     "runs an old version"
                 } else if i.node.is_none() {
+                    let reason = schema::keys::unschedulable(&i.id)
+                        .ok()
+                        .and_then(|key| self.view.get(key.as_str()))
+                        .and_then(|f| schema::decode::<schema::Unschedulable>(f).ok());
+                    if let Some(reason) = reason {
+                        gaps.push(format!(
+                            "{name}: instance {} is not placed: {}",
+                            i.id, reason.reason
+                        ));
+                        continue;
+                    }
                     "is not placed"
                 } else if !i.node_alive {
                     "is on a dead node"

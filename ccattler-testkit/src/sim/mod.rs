@@ -138,6 +138,36 @@ use crate::cluster::NodeSpec;
 /// Makes a fresh controller object (on start, and again on each restart).
 pub(crate) type MakeController = Arc<dyn Fn() -> Arc<dyn Controller> + Send + Sync>;
 
+/// How a builder makes one of its controllers, for each run it builds.
+#[derive(Clone)]
+pub(crate) enum Recipe {
+    /// The standard controller of this index in
+    /// [`standard::all`](ccattler_controllers::standard::all), sharing its run's decoded
+    /// cluster with the other standard ones (as the controllers of one process do). Never
+    /// shared between runs: two simulations are two clusters.
+    Standard(usize),
+    /// One of the user's.
+    Custom(MakeController),
+}
+
+impl Recipe {
+    /// The maker of this controller in the run whose standard controllers share `shared`.
+    pub(crate) fn for_run(
+        &self,
+        shared: &Arc<ccattler_controllers::standard::SharedCluster>,
+    ) -> MakeController {
+        match self {
+            Recipe::Standard(i) => {
+                let (shared, i) = (Arc::clone(shared), *i);
+                Arc::new(move || {
+                    ccattler_controllers::standard::all_sharing(Arc::clone(&shared))[i].clone()
+                })
+            }
+            Recipe::Custom(make) => Arc::clone(make),
+        }
+    }
+}
+
 /// Builds a [`Simulation`]; start with [`Simulation::builder`].
 ///
 /// | setting | default |
@@ -166,7 +196,7 @@ pub struct SimulationBuilder {
     fenced: bool,
     seed: u64,
     nodes: Vec<(NodeSpec, Option<Duration>)>,
-    controllers: Vec<MakeController>,
+    controllers: Vec<Recipe>,
     faults: FaultRates,
     schedule: Option<Schedule>,
     duration: Duration,
@@ -175,7 +205,8 @@ pub struct SimulationBuilder {
     loop_config: LoopConfig,
     keep: Keep,
     work: WorkModel,
-    load: ccattler_runtime::simulator::Load,
+    /// The caller's load model, if given (else each run has one of its own).
+    load: Option<ccattler_runtime::simulator::Load>,
 }
 
 impl std::fmt::Debug for SimulationBuilder {
@@ -273,7 +304,7 @@ impl SimulationBuilder {
     where
         F: Fn() -> Arc<dyn Controller> + Send + Sync + 'static,
     {
-        self.controllers.push(Arc::new(make));
+        self.controllers.push(Recipe::Custom(Arc::new(make)));
         self
     }
 
@@ -308,9 +339,11 @@ impl SimulationBuilder {
     }
 
     /// What the nodes' instances use: a model the caller keeps a clone of and changes between
-    /// steps of the run ([`Simulation::run_until`]). Without it, every instance idles.
+    /// steps of the run ([`Simulation::run_until`]). Without it, every instance idles (and
+    /// each run has a model of its own, which only load surges change). Every run built from
+    /// this builder shares the model given here: drive one run at a time with it.
     pub fn load(mut self, load: &ccattler_runtime::simulator::Load) -> Self {
-        self.load = load.clone();
+        self.load = Some(load.clone());
         self
     }
 

@@ -14,9 +14,7 @@ use rand::{Rng, SeedableRng};
 use super::actors::{Actor, ControllerActor, NodeActor};
 use super::faults::Schedule;
 use super::world::{self, Event, World};
-use super::{
-    FaultRates, Keep, MakeController, Report, SimulationBuilder, Trace, Violation, replicas,
-};
+use super::{FaultRates, Keep, Recipe, Report, SimulationBuilder, Trace, Violation, replicas};
 use crate::cluster::Snapshot;
 
 /// A seeded run of the whole cluster. See the [module docs](super).
@@ -42,16 +40,7 @@ impl std::fmt::Debug for Simulation {
 impl Simulation {
     /// A builder for a run that applies `desired` (the facts of a checked `.cca` document).
     pub fn builder(desired: DesiredFacts) -> SimulationBuilder {
-        // One cluster shared by every controller made, restarted and replicated, as the
-        // controllers of one process share it: each reads its own view, so sharing across
-        // replicas and restarts holds too, and puts the shared path to the hardest test.
-        let shared = Arc::new(standard::SharedCluster::new());
-        let controllers = (0..standard::all().len())
-            .map(|i| -> MakeController {
-                let shared = Arc::clone(&shared);
-                Arc::new(move || standard::all_sharing(Arc::clone(&shared))[i].clone())
-            })
-            .collect();
+        let controllers = (0..standard::all().len()).map(Recipe::Standard).collect();
         SimulationBuilder {
             desired,
             later: Vec::new(),
@@ -73,7 +62,7 @@ impl Simulation {
             loop_config: LoopConfig::default(),
             keep: Keep::Last(200),
             work: super::WorkModel::default(),
-            load: ccattler_runtime::simulator::Load::new(),
+            load: None,
         }
     }
 
@@ -90,7 +79,10 @@ impl Simulation {
             documents,
             builder.work.clone(),
         );
-        world.load = builder.load.clone();
+        // A run's own model unless the caller drives one: runs of one builder never share
+        // what a surge set.
+        let load = builder.load.clone().unwrap_or_default();
+        world.load = load.clone();
         world.trace.line(
             world.now,
             "sim",
@@ -111,11 +103,16 @@ impl Simulation {
         .ok()
         .map(|lease| lease.id);
         let elected = builder.replicas > 1;
+        // One cluster shared by every standard controller of this run, made, restarted and
+        // replicated, as the controllers of one process share it: each reads its own view, so
+        // sharing across replicas and restarts holds too, and puts the shared path to the
+        // hardest test. (Never across runs: each run is a cluster of its own.)
+        let shared = Arc::new(standard::SharedCluster::new());
         for r in 0..builder.replicas {
             let mut controllers = Vec::new();
-            for make in &builder.controllers {
+            for recipe in &builder.controllers {
                 let mut actor = ControllerActor::new(
-                    Arc::clone(make),
+                    recipe.for_run(&shared),
                     builder.loop_config.clone(),
                     rng.random(),
                     limit,
@@ -146,7 +143,7 @@ impl Simulation {
             let config =
                 AgentConfig::for_status(node.status.clone(), format!("/sim/{}", node.name()))
                     .lease_ttl(builder.lease_ttl);
-            let mut actor = NodeActor::new(config, &builder.load);
+            let mut actor = NodeActor::new(config, &load);
             actor.failing_images = builder.failing_images.clone();
             actor.start_delay = builder.start_delay;
             actor.slow_images = builder.slow_images.clone();
