@@ -142,8 +142,9 @@ fn a_failing_schedule_shrinks_to_a_minimal_one() {
             // Proptest shrinks each value locally; removing whole faults one at a time finishes
             // the job, down to a schedule every fault of which is needed.
             let minimal = without_needless_faults(shrunk.clone(), &fails);
+            // A few of the dozen and more: at most half (each needed, as checked below).
             assert!(
-                minimal.faults.len() <= 4,
+                minimal.faults.len() <= 6,
                 "shrunk to {} faults: {:?} ({reason})",
                 minimal.faults.len(),
                 minimal.faults

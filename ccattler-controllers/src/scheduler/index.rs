@@ -138,6 +138,11 @@ impl Usage {
         self.cpu += need.cpu.millis();
         self.mem += need.memory.bytes();
     }
+
+    /// Whether `need` fits in the whole capacity (what an empty node would have left).
+    pub(crate) fn could_ever_fit(&self, need: Resources) -> bool {
+        need.cpu.millis() <= self.cpu_cap && need.memory.bytes() <= self.mem_cap
+    }
 }
 
 /// The constraints that decide eligibility independently of usage: alive, architecture,

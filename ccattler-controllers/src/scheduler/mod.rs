@@ -53,8 +53,11 @@
 //!
 //! # Processing order
 //!
-//! Requests are placed one at a time, sorted by service name, then instance id. Each sees the
-//! usage and counts left by the ones before it.
+//! Requests are placed one at a time: first the services with a request pinned to a node (it
+//! mounts a volume attached there, so that node or none), then the others; each group by
+//! service name, and within a service its pinned requests first, then by instance id. Each
+//! sees the usage and counts left by the ones before it, so room on a node is given to the
+//! request that can use no other node before one that could go anywhere.
 //!
 //! Existing instances that are [`Existing::pinned`] (their data is on their node) are never
 //! moved by rebalancing.
@@ -111,7 +114,7 @@ mod volume;
 #[cfg(test)]
 mod fixture;
 
-pub(crate) use live::{LiveIndex, Placed};
+pub(crate) use live::{LiveIndex, Load, Placed};
 pub use ports::port_needs;
 pub use reason::{Rejection, Unsatisfied};
 pub use types::{Existing, Move, Node, Ports, Rebalance, Request, Schedule, ScheduleInput};

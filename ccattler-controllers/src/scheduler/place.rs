@@ -19,10 +19,24 @@ use ccattler_core::schema::{Placement, Resources, ZonePolicy};
 use super::index::{Index, Rank};
 use super::{Ports, Request, Unsatisfied, VolumeNeed};
 
-/// The processing order: by service, then instance id.
+/// The processing order: services with a request pinned to a node (it mounts a volume
+/// attached there: that node or none) first, then by service; within a service its pinned
+/// requests first, then by instance id. A pinned request has one node it can use: taken
+/// first, room freed there for it is not given to a request that could go anywhere. (Each
+/// service's requests stay together.)
 pub(crate) fn order<'r, 'a>(requests: &'r [Request<'a>]) -> Vec<&'r Request<'a>> {
+    let pinned = |r: &Request<'_>| r.volumes.iter().any(|v| v.node.is_some());
+    let pinning: std::collections::BTreeSet<&str> = requests
+        .iter()
+        .filter(|r| pinned(r))
+        .map(|r| r.service)
+        .collect();
+    let key = |r: &Request<'a>| {
+        let first = !pinning.contains(r.service);
+        (first, r.service, !pinned(r), r.instance)
+    };
     let mut sorted: Vec<&Request<'a>> = requests.iter().collect();
-    sorted.sort_by(|a, b| (a.service, a.instance).cmp(&(b.service, b.instance)));
+    sorted.sort_by(|a, b| key(a).cmp(&key(b)));
     sorted
 }
 
@@ -69,6 +83,28 @@ impl Counts {
             self.node[n as usize] = 0;
             self.zone[zone_of[n as usize] as usize] = 0;
         }
+    }
+}
+
+/// A request pinned to a node (by a volume attached there) that did not fit holds its need
+/// of that node for the rest of the call, if the node passes its filters and could ever take
+/// it: the node then takes nothing that would leave it short (see "Processing order").
+fn hold_pinned(
+    index: &mut Index<'_>,
+    eligible: &[u32],
+    need: Resources,
+    volumes: &[VolumeNeed<'_>],
+) {
+    let Some(&n) = volumes
+        .iter()
+        .find_map(|v| v.node)
+        .and_then(|node| index.by_name.get(node))
+    else {
+        return;
+    };
+    let usage = &mut index.usage[n as usize];
+    if eligible.contains(&n) && usage.could_ever_fit(need) {
+        usage.add(need);
     }
 }
 
@@ -145,6 +181,7 @@ pub(crate) fn place_run<'a>(
             );
             while out.len() < k {
                 out.push(Outcome::Unsatisfied(why.clone()));
+                hold_pinned(index, &eligible, need, volumes);
             }
             break;
         };

@@ -106,6 +106,10 @@ use super::stop_order::stop_order;
 /// suggested node, that node still holding two more than the target, no other move in progress,
 /// `max_extra` at least 1, and not a stateful service (its instances have identities). Then:
 ///
+/// The scheduler also suggests moves that make room on a node for an instance a volume pins
+/// there ([`RebalanceMove::room_for`]); those start under the same conditions, the node's
+/// count aside.
+///
 /// 1. one new instance is created that [`replaces`](DesiredInstance::replaces) the suggested one;
 ///    the scheduler places it like any new instance, hence on the target or a node as good;
 /// 2. while it is not ready it is not surplus: nothing is stopped, and ready stays at the count;
@@ -135,7 +139,9 @@ use super::stop_order::stop_order;
 /// source (`/` in service names becomes `.`), or `{service}-{ordinal}` for stateful services.
 /// A stateful identity is created again only once the record and the placement of its previous
 /// incarnation are both deleted, so the new record never inherits the old placement (nor the
-/// agent's report of the old instance).
+/// agent's report of the old instance). A service whose effective record is in the view but
+/// whose spec is not (watches of different prefixes lag apart) is left as it is until the spec
+/// is read: its instances are never planned without knowing whether it is stateful.
 #[derive(Debug, Default)]
 pub struct InstanceController {
     cache: PlanCache,
@@ -200,9 +206,14 @@ impl Controller for InstanceController {
                 cluster: &cluster,
             };
             let effective = cluster.effective.get(service);
-            match effective {
-                Some(effective) => plan.converge(effective, ctx, &mut changes)?,
-                None => plan.stop_all(&mut changes)?,
+            match (effective, spec) {
+                (Some(effective), Some(_)) => plan.converge(effective, ctx, &mut changes)?,
+                // The effective record without the spec: a view whose watch of the specs lags
+                // (or a service being deleted, whose effective record goes next). Whether it
+                // is stateful, its update and restart policies are unknown: nothing is done
+                // until the spec is read (which plans the service again).
+                (Some(_), None) => continue,
+                (None, _) => plan.stop_all(&mut changes)?,
             }
             if changes.len() > before {
                 with_changes.insert(service.to_owned());
@@ -465,8 +476,10 @@ impl ServicePlan<'_> {
         let old = present
             .iter()
             .find(|i| i.id == suggested.instance && i.node.as_deref() == Some(&suggested.from));
+        // A move that makes room for an instance pinned to `from` is not about the spread.
+        let skewed = || on(&suggested.from) >= on(&suggested.to) + 2;
         if let Some(old) = old
-            && on(&suggested.from) >= on(&suggested.to) + 2
+            && (suggested.room_for.is_some() || skewed())
         {
             changes.push(self.new_instance(effective, ctx, Some(old.id.clone()))?);
         }

@@ -44,6 +44,7 @@ mod network_rules;
 mod placement;
 mod rollout;
 mod rollout_step;
+mod room;
 mod schedule_cache;
 mod shared;
 mod spread;

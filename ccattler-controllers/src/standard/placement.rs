@@ -51,7 +51,10 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// once its instance is gone, any other volume's attachment goes with its instance. So the
 /// replacement of an instance with a persistent volume runs where the data is, and while that
 /// node is down or full, its reason says so (`0/3 nodes can run it: 2 are not n1, where volume
-/// data is attached, 1 is not alive`); no data is moved or deleted for it.
+/// data is attached, 1 is not alive`); no data is moved or deleted for it. When that node is
+/// alive but full, instances that could run elsewhere are moved off it to make room (a
+/// `status/rebalance/{svc}` record with `room_for`; the rule is in the `room` module), and
+/// requests pinned to a node are placed ahead of the others in a pass.
 ///
 /// # Guarantees
 ///
@@ -141,10 +144,9 @@ impl Controller for SchedulerController {
                 ..
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
-            plan((cluster, volumes), index, facts, &mut changes)?;
-            if let Some(sweep_in) =
-                spread.suggest(cluster, index, facts, ctx.now(), &mut changes)?
-            {
+            let waiting = plan((cluster, volumes), index, facts, &mut changes)?;
+            let judged = (ctx.now(), waiting.as_slice());
+            if let Some(sweep_in) = spread.suggest(cluster, index, facts, judged, &mut changes)? {
                 ctx.requeue_after(sweep_in);
             }
             for event in placement_events(facts, &changes) {
@@ -189,13 +191,14 @@ fn mirror(
 }
 
 /// Places the running instances without a placement, writes why the rest fit nowhere, and
-/// deletes stale reasons and orphaned placements.
+/// deletes stale reasons and orphaned placements. Returns the instances left waiting that a
+/// volume pins to one node: (instance, node).
 fn plan(
     (cluster, volumes): (&Cluster, &Volumes),
     index: &mut LiveIndex,
     facts: &FactView,
     changes: &mut Vec<Change>,
-) -> Result<(), ReconcileError> {
+) -> Result<Vec<(String, String)>, ReconcileError> {
     // Each service's host ports, once per pass, for its requests to borrow; and the names of
     // the volumes each instance mounts. An instance of a deleted service is left out: the
     // instance controller stops it.
@@ -247,6 +250,14 @@ fn plan(
     } else {
         index.place(&requests)
     };
+    let pinned_waiting: Vec<(String, String)> = requests
+        .iter()
+        .filter(|r| unsatisfied.contains_key(r.instance))
+        .filter_map(|r| {
+            let node = r.volumes.iter().find_map(|v| v.node)?;
+            Some((r.instance.to_owned(), node.to_owned()))
+        })
+        .collect();
     unsatisfied.extend(waiting);
     // Node by node: the commits go out in transactions of a bounded size, and a node that hears
     // of its placements together fetches, starts and reports them together.
@@ -323,5 +334,5 @@ fn plan(
             changes.push(Change::delete(fact.key.clone()));
         }
     }
-    Ok(())
+    Ok(pinned_waiting)
 }

@@ -23,10 +23,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use ccattler_core::schema::{self, RebalanceMove, RecordKey};
+use ccattler_core::schema::{self, RebalanceMove, RecordKey, ServiceSpec};
 use ccattler_core::{Change, FactView, ReconcileError};
 
 use super::cluster::Cluster;
+use super::room::{hold_for_pinned, release, room_moves};
 use crate::scheduler::{LiveIndex, Request};
 
 /// The id of the request that asks where one more instance would go; never a real instance id
@@ -63,12 +64,31 @@ impl SpreadState {
     /// pass by then): after a pass that judged only some services, or that changes anything
     /// (its own placements may settle a service, or leave room for another's move; a pass
     /// judges the view before them). A full sweep that changes nothing needs no other.
+    ///
+    /// `waiting` are the instances a volume pins to a node that the pass left waiting: their
+    /// nodes are held for them while moves are judged (no move targets a node whose room is
+    /// wanted), and moves that make room for them come first (the `room` module).
     pub(super) fn suggest(
         &mut self,
         cluster: &Cluster,
         index: &mut LiveIndex,
         facts: &FactView,
-        now: SystemTime,
+        (now, waiting): (SystemTime, &[(String, String)]),
+        changes: &mut Vec<Change>,
+    ) -> Result<Option<Duration>, ReconcileError> {
+        let (short, held) = hold_for_pinned(cluster, index, waiting);
+        let room = room_moves(cluster, index, &short);
+        let judged = self.judge(cluster, index, facts, (now, &room), changes);
+        release(index, held);
+        judged
+    }
+
+    fn judge(
+        &mut self,
+        cluster: &Cluster,
+        index: &mut LiveIndex,
+        facts: &FactView,
+        (now, room): (SystemTime, &BTreeMap<String, RebalanceMove>),
         changes: &mut Vec<Change>,
     ) -> Result<Option<Duration>, ReconcileError> {
         let since_sweep = self.swept.and_then(|at| now.duration_since(at).ok());
@@ -91,13 +111,17 @@ impl SpreadState {
             }
         };
         services.append(&mut self.rewritten);
+        services.extend(room.keys().cloned());
         for service in services {
             let key = schema::keys::rebalance(&service)?;
             let held = facts.get(key.as_str());
-            let wanted = match settled_move(cluster, index, &service) {
-                Settled::Move(m) => Some(schema::encode(&m)),
-                Settled::Balanced => None,
-                Settled::No => continue,
+            let wanted = match room.get(&service) {
+                Some(m) => Some(schema::encode(m)),
+                None => match settled_move(cluster, index, &service) {
+                    Settled::Move(m) => Some(schema::encode(&m)),
+                    Settled::Balanced => None,
+                    Settled::No => continue,
+                },
             };
             let change = match (held, wanted) {
                 (Some(fact), Some(value)) if fact.value == value => continue,
@@ -158,16 +182,7 @@ fn settled_move(cluster: &Cluster, index: &mut LiveIndex, service: &str) -> Sett
     if *most < 2 {
         return Settled::Balanced;
     }
-    let probe = Request {
-        instance: PROBE,
-        service,
-        resources: spec.resources,
-        placement: &spec.placement,
-        ports: crate::scheduler::Ports::NONE,
-        volumes: &[],
-    };
-    let placed = index.place(&[probe]);
-    let Some(to) = placed.placements.get(PROBE) else {
+    let Some(to) = next_node(index, spec) else {
         return Settled::Balanced; // nowhere has room for one more: nothing can move
     };
     let there = per_node.get(to.as_str()).map_or(0, |(count, _)| *count);
@@ -177,6 +192,21 @@ fn settled_move(cluster: &Cluster, index: &mut LiveIndex, service: &str) -> Sett
     Settled::Move(RebalanceMove {
         instance: (*newest).to_owned(),
         from: (*from).to_owned(),
-        to: to.clone(),
+        to,
+        room_for: None,
     })
+}
+
+/// The node one more instance of `spec`'s service would be placed on now, by the scheduler's
+/// own ranking (`None`: no node has room).
+pub(super) fn next_node(index: &mut LiveIndex, spec: &ServiceSpec) -> Option<String> {
+    let probe = Request {
+        instance: PROBE,
+        service: &spec.name,
+        resources: spec.resources,
+        placement: &spec.placement,
+        ports: crate::scheduler::Ports::NONE,
+        volumes: &[],
+    };
+    index.place(&[probe]).placements.remove(PROBE)
 }

@@ -78,11 +78,14 @@ pub struct DesiredInstance {
     pub replaces: Option<String>,
 }
 
-/// `status/rebalance/{svc}`: a move the scheduler suggests to even out a service's spread.
+/// `status/rebalance/{svc}`: a move the scheduler suggests to even out a service's spread, or
+/// to make room for an instance that can run on one node only.
 ///
 /// Written while one node holds at least two instances of the service more than the node one
-/// more instance would be placed on, and deleted once no such node is left. The instance
-/// controller performs it start-new-then-stop-old: it creates one instance that
+/// more instance would be placed on, and deleted once no such node is left; or (`room_for`)
+/// while an instance whose volume is attached to `from` waits for cpu, memory or ports there
+/// that moving `instance` elsewhere would help free. The instance controller performs it
+/// start-new-then-stop-old: it creates one instance that
 /// [`replaces`](DesiredInstance::replaces) `instance`, which the scheduler places like any new
 /// one (on `to`, or a node as good), and stops `instance` once the new one is ready.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +96,10 @@ pub struct RebalanceMove {
     pub from: String,
     /// Where one more instance of the service would be placed now.
     pub to: String,
+    /// The instance the move makes room for on `from` (its volume's data is there), if that is
+    /// why the move is suggested; `None` for a move that evens out the spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room_for: Option<String>,
 }
 
 /// `placement/{node}/{id}`: the instance is assigned to that node.

@@ -43,6 +43,21 @@ impl fmt::Display for Unsatisfiable {
 /// A document this finds anything in can never converge there; one it finds nothing in may
 /// still fail to under faults (a node down leaves less room): that is the simulation's to say.
 pub fn feasibility(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfiable> {
+    declared_unplaced(desired, nodes, false)
+}
+
+/// As [`feasibility`], with each service that scales on a metric counted at its `max`: where
+/// a load surge (the simulation's `load-surge` fault) takes it. A document this finds anything
+/// in cannot converge on that cluster once a surge has scaled it out.
+pub fn feasibility_at_max(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfiable> {
+    declared_unplaced(desired, nodes, true)
+}
+
+fn declared_unplaced(
+    desired: &DesiredFacts,
+    nodes: &[NodeSpec],
+    at_max: bool,
+) -> Vec<Unsatisfiable> {
     let services: Vec<ServiceSpec> = desired
         .iter()
         .filter(|(key, _)| matches!(RecordKey::parse(key), Some(RecordKey::Service(_))))
@@ -53,7 +68,7 @@ pub fn feasibility(desired: &DesiredFacts, nodes: &[NodeSpec]) -> Vec<Unsatisfia
         .filter(|(key, _)| matches!(RecordKey::parse(key), Some(RecordKey::Volume(_))))
         .filter_map(|(_, value)| serde_json::from_slice(value).ok())
         .collect();
-    unplaced((&services, &volumes), nodes, 1, false)
+    unplaced((&services, &volumes), nodes, 1, (false, at_max))
 }
 
 /// What a workload's documents leave unplaced on its nodes at `1 / divisor` of their capacity,
@@ -68,7 +83,7 @@ pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiabl
             continue;
         };
         let declared = (&compiled.services[..], &compiled.volumes[..]);
-        for problem in unplaced(declared, &workload.nodes, divisor, true) {
+        for problem in unplaced(declared, &workload.nodes, divisor, (true, true)) {
             if found
                 .iter()
                 .all(|f: &Unsatisfiable| f.service != problem.service)
@@ -81,12 +96,13 @@ pub(super) fn of_workload(workload: &Workload, divisor: u64) -> Vec<Unsatisfiabl
 }
 
 /// Each instance's volumes count against the storage of the node it goes to, as a first
-/// attachment would.
+/// attachment would. `(with_extra, at_max)`: count each service's rollout extra
+/// (`max_extra`), and a service that scales on a metric at its `max`.
 fn unplaced(
     (services, volumes): (&[ServiceSpec], &[VolumeSpec]),
     nodes: &[NodeSpec],
     divisor: u64,
-    with_extra: bool,
+    (with_extra, at_max): (bool, bool),
 ) -> Vec<Unsatisfiable> {
     let divisor = divisor.max(1);
     let statuses: Vec<NodeStatus> = nodes
@@ -106,7 +122,7 @@ fn unplaced(
     let mut ids = Vec::new();
     for spec in services {
         let mut count = IntentResolver::resolve(spec, None, None).instances;
-        if with_extra && let Some(scale) = spec.scale.as_ref().filter(|s| !s.targets.is_empty()) {
+        if at_max && let Some(scale) = spec.scale.as_ref().filter(|s| !s.targets.is_empty()) {
             // Under a load surge the autoscaler may take it to its most.
             count = count.max(scale.max);
         }

@@ -39,7 +39,7 @@ mod generate;
 mod render;
 mod shrink;
 
-pub use feasible::{Unsatisfiable, feasibility};
+pub use feasible::{Unsatisfiable, feasibility, feasibility_at_max};
 
 use std::fmt;
 use std::time::Duration;

@@ -30,8 +30,10 @@ use std::time::{Duration, Instant};
 
 use ccattler_core::schema::format_duration;
 use ccattler_testkit::cluster::NodeSpec;
-use ccattler_testkit::sim::{Chaos, FaultRates, Keep, Simulation, SimulationBuilder, Summary};
-use ccattler_testkit::workload::{Workload, feasibility};
+use ccattler_testkit::sim::{
+    Chaos, FaultKind, FaultRates, Keep, Simulation, SimulationBuilder, Summary,
+};
+use ccattler_testkit::workload::{Workload, feasibility, feasibility_at_max};
 
 use super::check::compile_or_report;
 use super::flags::parse_time;
@@ -200,14 +202,30 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode, CliError> {
             };
             let desired = compiled.to_facts();
             let nodes = args.nodes();
-            let unsatisfiable = feasibility(&desired, &nodes);
+            // A load surge takes a service that scales on a metric to its `max`: the cluster
+            // must hold it there to converge after one.
+            let surges = args
+                .rates()
+                .iter()
+                .any(|(kind, rate)| kind == FaultKind::LoadSurge && rate > 0.0);
+            let unsatisfiable = if surges {
+                feasibility_at_max(&desired, &nodes)
+            } else {
+                feasibility(&desired, &nodes)
+            };
             if !unsatisfiable.is_empty() {
                 println!(
-                    "{} cannot converge on {} nodes of {} cpu and {} memory; nothing simulated:",
+                    "{} cannot converge on {} nodes of {} cpu and {} memory{}; nothing simulated:",
                     path.display(),
                     nodes.len(),
                     args.shape.node_cpu,
-                    args.shape.node_memory
+                    args.shape.node_memory,
+                    if surges {
+                        " with its scaled services at their max (where the load-surge fault \
+                         takes them; --faults without load-surge judges their counts)"
+                    } else {
+                        ""
+                    }
                 );
                 for problem in unsatisfiable {
                     println!("  {problem}");

@@ -108,9 +108,9 @@ fn named<'s>(
 }
 
 /// A node's capacity and reservation, ordered by utilisation first (the figures after it only
-/// keep unequal loads apart).
+/// keep unequal loads apart). Opaque outside the index: what [`LiveIndex::hold`] hands back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Load {
+pub(crate) struct Load {
     util: Frac,
     cpu_cap: u64,
     mem_cap: u64,
@@ -318,6 +318,54 @@ impl LiveIndex {
     fn ports_fit(&self, node: &str, ports: super::Ports<'_>) -> bool {
         // Most requests need no port: no lookup per candidate node for them.
         ports == super::Ports::NONE || self.ports.get(node).is_some_and(|p| p.fits(ports))
+    }
+
+    /// What alive node `node` has left of cpu and memory, whatever else it lacks (`None`: not
+    /// alive, or unknown).
+    pub(crate) fn free(&self, node: &str) -> Option<Resources> {
+        let live = self.nodes.get(node).filter(|n| n.alive)?;
+        let load = live.load;
+        Some(Resources {
+            cpu: Cpu::from_millis(load.cpu_cap.saturating_sub(load.cpu)),
+            memory: Memory::from_bytes(load.mem_cap.saturating_sub(load.mem)),
+        })
+    }
+
+    /// Whether alive node `node` passes `placement`'s filters (architecture, zone, labels,
+    /// taints), whatever its load. `placement` must have been seen by a [`place`](Self::place)
+    /// before (the nodes are classed by the labels placements name).
+    pub(crate) fn admits(&self, node: &str, placement: &Placement) -> bool {
+        self.nodes.get(node).is_some_and(|n| {
+            n.alive && super::index::eligible(&self.classes[n.class].attrs.node(), placement)
+        })
+    }
+
+    /// Adds `need` to alive node `node`'s reservation (beyond its capacity, if so: it then
+    /// takes nothing that needs room) when it passes `placement`'s filters and its capacity
+    /// could ever take `need`. Returns the load before, for [`unhold`](Self::unhold).
+    pub(crate) fn hold(
+        &mut self,
+        node: &str,
+        placement: &Placement,
+        need: Resources,
+    ) -> Option<Load> {
+        let before = self.nodes.get(node)?.load;
+        if !self.admits(node, placement) || !before.usage().could_ever_fit(need) {
+            return None;
+        }
+        let held = Load::new(
+            before.cpu_cap,
+            before.mem_cap,
+            before.cpu.saturating_add(need.cpu.millis()),
+            before.mem.saturating_add(need.memory.bytes()),
+        );
+        self.reload(node, held);
+        Some(before)
+    }
+
+    /// Puts node `node`'s load back to what [`hold`](Self::hold) returned.
+    pub(crate) fn unhold(&mut self, node: &str, before: Load) {
+        self.reload(node, before);
     }
 
     /// The nodes holding at least one instance of `service`, in no particular order.

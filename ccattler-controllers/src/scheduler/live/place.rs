@@ -136,6 +136,7 @@ impl LiveIndex {
                         let why = self.diagnose(placement, needs);
                         for request in &run[i..] {
                             out.unsatisfied.insert(request.instance, why.clone());
+                            self.hold_pinned(placement, need, volumes, undo);
                         }
                         break;
                     };
@@ -203,6 +204,7 @@ impl LiveIndex {
                 let why = self.diagnose(placement, needs);
                 for request in &run[i..] {
                     out.unsatisfied.insert(request.instance, why.clone());
+                    self.hold_pinned(placement, need, volumes, undo);
                 }
                 return;
             };
@@ -391,6 +393,22 @@ impl LiveIndex {
             }
         }
         best.map(|(matched, util, name)| (zone, 0, Reverse(matched), util, name))
+    }
+
+    /// A request pinned to a node (by a volume attached there) that did not fit holds `need`
+    /// of that node for the rest of the call, as [`schedule`](super::super::schedule) does.
+    fn hold_pinned(
+        &mut self,
+        placement: &Placement,
+        need: Resources,
+        volumes: &[VolumeNeed<'_>],
+        undo: &mut Undo,
+    ) {
+        if let Some(node) = volumes.iter().find_map(|v| v.node)
+            && let Some(before) = self.hold(node, placement, need)
+        {
+            undo.loads.push((node.to_owned(), before));
+        }
     }
 
     /// Records one placement on `node`: its usage and the service's counts, to undo later.
