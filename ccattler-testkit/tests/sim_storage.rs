@@ -3,7 +3,8 @@
 //! its data is on, and never while another instance with it runs). A persistent volume's
 //! instance waits for its node through a crash instead of starting elsewhere; one that is not
 //! persistent is replaced elsewhere; a service that mounts a volume rolls out stop-first; each
-//! identity of a stateful service keeps a volume of its own.
+//! identity of a stateful service keeps a volume of its own; a node that filled up while its
+//! volume had no instance makes room for the volume's next one.
 
 use std::time::Duration;
 
@@ -195,4 +196,56 @@ fn each_identity_of_a_stateful_service_keeps_a_volume_of_its_own() {
             .and_then(|i| i.node.clone());
         assert_eq!(placed.as_ref(), Some(node), "{id} after its update");
     }
+}
+
+/// `web`: twelve stateless instances of 200m.
+const WEB: &str = "service web {
+    image example/web:1
+    instances 12
+    resources {
+        cpu 200m
+        memory 64Mi
+    }
+}
+";
+
+#[test]
+fn a_node_filled_while_its_volume_waited_makes_room_for_it() {
+    // db (500m) and twelve web (200m) on three nodes of 1 cpu: 2,900m of 3,000m.
+    let with_db = format!("{}\n{WEB}", db(true, "").replace("100m", "500m"));
+    let nodes = |b: ccattler_testkit::sim::SimulationBuilder| {
+        b.seed(5)
+            .nodes(3, Cpu::from_millis(1_000), Memory::from_bytes(8 << 30))
+    };
+    // db deleted, its volume still declared: its data stays on its node, which web then
+    // fills (4 of 1 cpu each)...
+    let without_db = format!("{WEB}\nvolume data {{\n    size 5Gi\n    persistent true\n}}\n");
+    let mut sim = nodes(Simulation::builder(desired(&with_db)))
+        .then_apply(sec(20), desired(&without_db))
+        // ...and declared again: it can only go back there.
+        .then_apply(sec(60), desired(&with_db))
+        .build();
+    sim.run_until(sec(15));
+    let node = attachment(&sim, "data").expect("attached").node;
+    sim.run_until(sec(58));
+    let snapshot = sim.snapshot().expect("a snapshot");
+    assert!(snapshot.is_converged(), "{:?}", snapshot.gaps());
+    let web_there = |sim: &Simulation| {
+        let snapshot = sim.snapshot().expect("a snapshot");
+        let instances = snapshot.instances("web");
+        instances
+            .iter()
+            .filter(|i| i.node.as_ref() == Some(&node))
+            .count()
+    };
+    assert_eq!(web_there(&sim), 4, "web spread evenly, over db's node too");
+
+    // web instances are moved off that node, new before old, until db fits there.
+    sim.run_until(sec(150));
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+    let snapshot = sim.snapshot().expect("a snapshot");
+    assert!(snapshot.is_converged(), "{:?}", snapshot.gaps());
+    assert_eq!(db_nodes(&sim), vec![node.clone()]);
+    assert_eq!(web_there(&sim), 2);
+    assert_eq!(snapshot.instances("web").len(), 12);
 }

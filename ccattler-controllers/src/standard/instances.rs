@@ -408,7 +408,8 @@ impl ServicePlan<'_> {
     }
 
     /// The instances of moves in progress, which the surplus stop must leave alone: each new
-    /// instance not ready yet, and each old one whose replacement is ready (stopped here, but
+    /// instance not ready yet (placed, or still the suggested move's), and each old one whose
+    /// replacement is ready (stopped here, but
     /// only while at least `target` others stay ready: if a fault took an instance meanwhile,
     /// the move's new instance stands in for it and the old one stays, an ordinary instance
     /// again). A new instance that ended, or whose old one is gone, is an ordinary instance.
@@ -428,6 +429,13 @@ impl ServicePlan<'_> {
                 continue;
             };
             if new.standing(self.restart) != Standing::Active {
+                continue;
+            }
+            // Not placed, and no longer suggested: nowhere had room for it (the cluster
+            // filled meanwhile, or the room it was to make was made otherwise). An ordinary
+            // instance again, which the surplus stop removes first.
+            let suggested = self.suggested.is_some_and(|m| m.instance == old.id);
+            if new.node.is_none() && !suggested {
                 continue;
             }
             // Several new instances may name one old one (a move started twice across a

@@ -52,9 +52,20 @@ pub(super) fn hold_for_pinned<'a>(
         else {
             continue;
         };
-        let Some(free) = index.free(node) else {
+        let Some(mut free) = index.free(node) else {
             continue; // not alive: no move brings it back
         };
+        // What instances asked to stop there will free (a move just done, for one).
+        for stopping in cluster.instances_on(node) {
+            let stopping_spec = (stopping.desired.state == DesiredState::Stopped)
+                .then(|| cluster.services.get(&stopping.desired.service))
+                .flatten();
+            if let Some(stopping) = stopping_spec {
+                let need = stopping.resources;
+                free.cpu = free.cpu.checked_add(need.cpu).unwrap_or(free.cpu);
+                free.memory = free.memory.checked_add(need.memory).unwrap_or(free.memory);
+            }
+        }
         let lacks = Resources {
             cpu: spec.resources.cpu.saturating_sub(free.cpu),
             memory: spec.resources.memory.saturating_sub(free.memory),
