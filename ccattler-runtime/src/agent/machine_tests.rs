@@ -51,38 +51,25 @@ struct Kept {
 
 impl Step {
     pub(super) fn new() -> Self {
-        let clock = ManualClock::new();
-        let store =
-            MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
-        Step::over(
-            store,
-            clock,
-            SimulatorRuntime::new(),
-            Desired::default(),
-            NO_DIR.into(),
-        )
+        Step::fresh(SimulatorRuntime::new(), std::path::Path::new(NO_DIR))
     }
 
     /// A loop whose cache directory is `dir`, on a fresh store.
     pub(super) fn in_dir(dir: &std::path::Path) -> Self {
-        let clock = ManualClock::new();
-        let store =
-            MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
-        Step::over(
-            store,
-            clock,
-            SimulatorRuntime::new(),
-            Desired::default(),
-            dir.into(),
-        )
+        Step::fresh(SimulatorRuntime::new(), dir)
     }
 
     /// A loop over `sim`, on a fresh store.
     pub(super) fn with_runtime(sim: SimulatorRuntime) -> Self {
+        Step::fresh(sim, std::path::Path::new(NO_DIR))
+    }
+
+    /// A loop over `sim` with cache directory `dir`, on a fresh store.
+    fn fresh(sim: SimulatorRuntime, dir: &std::path::Path) -> Self {
         let clock = ManualClock::new();
         let store =
             MemoryStore::with_config(MemoryConfig::default().clock(Arc::new(clock.clone())));
-        Step::over(store, clock, sim, Desired::default(), NO_DIR.into())
+        Step::over(store, clock, sim, Desired::default(), dir.into())
     }
 
     fn over(

@@ -135,6 +135,16 @@ impl Load {
         }
     }
 
+    /// This load with `need` reserved on top.
+    fn plus(&self, need: Resources) -> Self {
+        Load::new(
+            self.cpu_cap,
+            self.mem_cap,
+            self.cpu.saturating_add(need.cpu.millis()),
+            self.mem.saturating_add(need.memory.bytes()),
+        )
+    }
+
     fn usage(&self) -> Usage {
         Usage {
             cpu_cap: self.cpu_cap,
@@ -353,13 +363,7 @@ impl LiveIndex {
         if !self.admits(node, placement) || !before.usage().could_ever_fit(need) {
             return None;
         }
-        let held = Load::new(
-            before.cpu_cap,
-            before.mem_cap,
-            before.cpu.saturating_add(need.cpu.millis()),
-            before.mem.saturating_add(need.memory.bytes()),
-        );
-        self.reload(node, held);
+        self.reload(node, before.plus(need));
         Some(before)
     }
 

@@ -424,13 +424,7 @@ impl LiveIndex {
             return;
         };
         let l = n.load;
-        let load = Load::new(
-            l.cpu_cap,
-            l.mem_cap,
-            l.cpu.saturating_add(need.cpu.millis()),
-            l.mem.saturating_add(need.memory.bytes()),
-        );
-        self.reload(node, load);
+        self.reload(node, l.plus(need));
         undo.loads.push((node.to_owned(), l));
         *self
             .counts
