@@ -11,7 +11,7 @@ use ccattler_core::{Clock, StoreLimits, SystemClock};
 /// |---|---|---|
 /// | [`limits`](MemoryConfig::limits) | [`StoreLimits::default()`] (128 ops, 1.5 MiB) | request limits, as etcd's defaults |
 /// | [`watch_buffer`](MemoryConfig::watch_buffer) | 1024 events | the most events buffered per watcher before it reads from the history instead |
-/// | [`history_limit`](MemoryConfig::history_limit) | 100 000 events | the most events kept for watches to replay; older revisions are compacted away |
+/// | [`history_limit`](MemoryConfig::history_limit) | 100 000 events, or as many as the store holds facts if more | the most events kept for watches to replay; older revisions are compacted away |
 /// | [`clock`](MemoryConfig::clock) | [`SystemClock`] | the time leases expire by |
 /// | [`reaper_interval`](MemoryConfig::reaper_interval) | 100 ms | how often a background thread expires leases (system clock only) |
 ///
@@ -32,7 +32,7 @@ use ccattler_core::{Clock, StoreLimits, SystemClock};
 pub struct MemoryConfig {
     pub(crate) limits: StoreLimits,
     pub(crate) watch_buffer: usize,
-    pub(crate) history_limit: usize,
+    pub(crate) history_limit: HistoryLimit,
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) reaper_interval: Duration,
 }
@@ -42,7 +42,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             limits: StoreLimits::default(),
             watch_buffer: 1024,
-            history_limit: 100_000,
+            history_limit: HistoryLimit::AtLeastFacts(100_000),
             clock: None,
             reaper_interval: Duration::from_millis(100),
         }
@@ -66,11 +66,17 @@ impl MemoryConfig {
         self
     }
 
-    /// The most events kept in the history. When a write takes it over, the oldest whole
-    /// revisions are dropped and the compaction revision moves forward; memory stays bounded.
+    /// The most events kept in the history, whatever the store holds. When a write takes it
+    /// over, the oldest whole revisions are dropped and the compaction revision moves forward.
+    ///
+    /// Without it, the history keeps 100,000 events, or as many as the store holds facts when
+    /// that is more: a watcher that fell behind by fewer writes than the store has facts
+    /// replays what it missed instead of listing every fact again (a list costs the facts, a
+    /// replay the events). An event shares its key and value with the fact it wrote, so the
+    /// history costs about 200 bytes an event besides, up to the size of the store's index.
     #[must_use]
     pub fn history_limit(mut self, events: usize) -> Self {
-        self.history_limit = events;
+        self.history_limit = HistoryLimit::Fixed(events);
         self
     }
 
@@ -95,6 +101,25 @@ impl MemoryConfig {
         match &self.clock {
             Some(clock) => (Arc::clone(clock), false),
             None => (Arc::new(SystemClock::new()), true),
+        }
+    }
+}
+
+/// How many events the history keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HistoryLimit {
+    /// This many, whatever the store holds.
+    Fixed(usize),
+    /// This many, or as many as the store holds facts when that is more.
+    AtLeastFacts(usize),
+}
+
+impl HistoryLimit {
+    /// The most events kept while the store holds `facts` facts.
+    pub(crate) fn events(self, facts: usize) -> usize {
+        match self {
+            HistoryLimit::Fixed(events) => events,
+            HistoryLimit::AtLeastFacts(events) => events.max(facts),
         }
     }
 }

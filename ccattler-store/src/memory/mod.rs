@@ -64,8 +64,9 @@ pub(crate) struct Shared {
 ///
 /// Everything [`FactStore`](ccattler_core::FactStore) lists, plus:
 ///
-/// - **Bounded memory.** The history keeps at most [`MemoryConfig::history_limit`] events (older
-///   revisions are compacted away), and each watcher buffers at most
+/// - **Bounded memory.** The history keeps at most 100,000 events or as many as the store holds
+///   facts, whichever is more, or the fixed [`MemoryConfig::history_limit`] (older revisions are
+///   compacted away), and each watcher buffers at most
 ///   [`MemoryConfig::watch_buffer`] events (see [`MemoryWatch`] for what a slow reader sees).
 /// - **Writers never wait for readers.** Watchers are fed without blocking.
 /// - **Leases expire on time.** Expiry is checked at the start of every operation; on the system

@@ -12,6 +12,7 @@ use std::task::Waker;
 
 use ccattler_core::{EventKind, Fact, Key, LeaseId, Revision, Value, WatchEvent};
 
+use super::config::HistoryLimit;
 use super::lease::Leases;
 use super::watch::Watchers;
 
@@ -55,11 +56,11 @@ pub(crate) struct History {
     /// The compaction revision: a watch may start at this revision or later (0: never compacted).
     pub(crate) compact_rev: u64,
     /// Most events kept before the oldest revisions are dropped.
-    limit: usize,
+    limit: HistoryLimit,
 }
 
 impl History {
-    fn new(limit: usize) -> Self {
+    fn new(limit: HistoryLimit) -> Self {
         History {
             events: VecDeque::new(),
             base_seq: 0,
@@ -92,12 +93,14 @@ impl History {
         self.compact_rev = rev;
     }
 
-    /// Drops whole oldest revisions until at most `limit` events remain.
-    fn trim(&mut self) {
-        if self.events.len() <= self.limit {
+    /// Drops whole oldest revisions until at most the limit's events remain, the store holding
+    /// `facts` facts.
+    fn trim(&mut self, facts: usize) {
+        let limit = self.limit.events(facts);
+        if self.events.len() <= limit {
             return;
         }
-        let excess = self.events.len() - self.limit;
+        let excess = self.events.len() - limit;
         let last_dropped = self.events[excess - 1].fact.mod_revision.0;
         self.compact(last_dropped + 1);
     }
@@ -115,8 +118,8 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// An empty store that keeps at most `history_limit` events.
-    pub(crate) fn new(history_limit: usize) -> Self {
+    /// An empty store whose history keeps what `history_limit` says.
+    pub(crate) fn new(history_limit: HistoryLimit) -> Self {
         State {
             kv: BTreeMap::new(),
             revision: 0,
@@ -237,7 +240,7 @@ impl State {
     pub(crate) fn commit(&mut self, rev: u64, changed: bool) {
         if changed {
             self.revision = rev;
-            self.history.trim();
+            self.history.trim(self.kv.len());
         }
     }
 }
@@ -252,7 +255,7 @@ mod tests {
 
     #[test]
     fn put_and_delete_track_revisions_and_versions() {
-        let mut state = State::new(100);
+        let mut state = State::new(HistoryLimit::Fixed(100));
         let mut wake = Vec::new();
         state.apply_put(&key("a"), Value::from_static(b"1"), None, 1, &mut wake);
         state.commit(1, true);
@@ -275,7 +278,7 @@ mod tests {
 
     #[test]
     fn trim_drops_whole_revisions() {
-        let mut state = State::new(3);
+        let mut state = State::new(HistoryLimit::Fixed(3));
         let mut wake = Vec::new();
         for (rev, keys) in [(1, &["a", "b"][..]), (2, &["c", "d"][..])] {
             for k in keys {
@@ -289,5 +292,25 @@ mod tests {
         assert_eq!(state.history.base_seq, 2);
         assert_eq!(state.history.seq_of(2), 2);
         assert_eq!(state.history.seq_of(3), 4);
+    }
+
+    #[test]
+    fn a_history_at_least_the_facts_grows_with_the_store() {
+        let mut state = State::new(HistoryLimit::AtLeastFacts(3));
+        let mut wake = Vec::new();
+        for (rev, k) in (1..).zip(["a", "b", "c", "d", "e"]) {
+            state.apply_put(&key(k), Value::from_static(b"v"), None, rev, &mut wake);
+            state.commit(rev, true);
+        }
+        // Five facts: five events kept, over the floor of three.
+        assert_eq!(state.history.events.len(), 5);
+        assert_eq!(state.history.compact_rev, 0);
+        // Rewrites keep it at the facts held: the oldest revisions go.
+        for rev in 6..9 {
+            state.apply_put(&key("a"), Value::from_static(b"w"), None, rev, &mut wake);
+            state.commit(rev, true);
+        }
+        assert_eq!(state.history.events.len(), 5);
+        assert_eq!(state.history.compact_rev, 4);
     }
 }

@@ -71,7 +71,7 @@ mod tests {
 
     #[test]
     fn compares_on_missing_keys() {
-        let state = State::new(10);
+        let state = State::new(crate::memory::config::HistoryLimit::Fixed(10));
         let missing = key("missing");
         for op in [CmpOp::Equal, CmpOp::NotEqual, CmpOp::Greater, CmpOp::Less] {
             let c = Compare::new(missing.clone(), op, CompareTarget::Value("".into()));

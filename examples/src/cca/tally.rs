@@ -36,17 +36,13 @@ pub(super) struct Tally {
     effective: BTreeMap<String, EffectiveService>,
     status: BTreeMap<String, ServiceStatus>,
     moves: BTreeMap<String, RebalanceMove>,
-    /// Placements meant to run, by key: their node and service.
-    placements: HashMap<Key, (String, String)>,
-    /// Placements meant to run per node, by service.
-    by_node: HashMap<String, BTreeMap<String, u32>>,
-    /// Placements meant to run on live nodes (those holding a lease), by service. One on a
-    /// dead node is held there (not replaced twice, stopped once its node is back) and does
-    /// not count: a service whose replacement of it runs is settled.
-    placed: BTreeMap<String, u32>,
-    /// Placements asked to stop, by key: their node and service. One on a live node is an
-    /// instance still stopping, and its service is not settled until it is gone.
-    stopping: HashMap<Key, (String, String)>,
+    /// Placements meant to run. One on a dead node is held there (not replaced twice, stopped
+    /// once its node is back) and does not count: a service whose replacement of it runs is
+    /// settled.
+    placed: OnNodes,
+    /// Placements asked to stop. One on a live node is an instance still stopping, and its
+    /// service is not settled until it is gone.
+    stopping: OnNodes,
     /// Unplaced instances by key: their service and the scheduler's reason.
     unplaced: HashMap<Key, (String, String)>,
     /// Per service, each distinct reason and how many instances it holds back.
@@ -122,22 +118,14 @@ impl Tally {
             }
             schema::PLACEMENTS => {
                 if let Some(a) = decoded::<Assignment>(fact)
-                    && a.state != DesiredState::Running
                     && let Some(RecordKey::Placement { node, .. }) = RecordKey::parse(&fact.key)
                 {
-                    self.stopping
-                        .insert(fact.key.clone(), (node.to_owned(), a.service));
-                } else if let Some(a) = decoded::<Assignment>(fact)
-                    && a.state == DesiredState::Running
-                    && let Some(RecordKey::Placement { node, .. }) = RecordKey::parse(&fact.key)
-                {
-                    let per_node = self.by_node.entry(node.to_owned()).or_default();
-                    *per_node.entry(a.service.clone()).or_default() += 1;
-                    if self.nodes.contains(node) {
-                        *self.placed.entry(a.service.clone()).or_default() += 1;
-                    }
-                    self.placements
-                        .insert(fact.key.clone(), (node.to_owned(), a.service));
+                    let counted = if a.state == DesiredState::Running {
+                        &mut self.placed
+                    } else {
+                        &mut self.stopping
+                    };
+                    counted.insert(fact.key.clone(), node, a.service, &self.nodes);
                 }
             }
             schema::UNSCHEDULABLE => {
@@ -152,9 +140,8 @@ impl Tally {
                 if let Some(RecordKey::NodeLease(node)) = RecordKey::parse(&fact.key)
                     && self.nodes.insert(node.to_owned())
                 {
-                    for (service, n) in self.by_node.get(node).into_iter().flatten() {
-                        *self.placed.entry(service.clone()).or_default() += n;
-                    }
+                    self.placed.node_up(node);
+                    self.stopping.node_up(node);
                 }
             }
         }
@@ -179,18 +166,8 @@ impl Tally {
                 self.moves.remove(name());
             }
             schema::PLACEMENTS => {
-                self.stopping.remove(key);
-                if let Some((node, service)) = self.placements.remove(key) {
-                    if self.nodes.contains(&node) {
-                        count_down(&mut self.placed, &service, 1);
-                    }
-                    if let Some(per_node) = self.by_node.get_mut(&node) {
-                        count_down(per_node, &service, 1);
-                        if per_node.is_empty() {
-                            self.by_node.remove(&node);
-                        }
-                    }
-                }
+                self.placed.remove(key, &self.nodes);
+                self.stopping.remove(key, &self.nodes);
             }
             schema::UNSCHEDULABLE => {
                 if let Some((service, reason)) = self.unplaced.remove(key)
@@ -206,9 +183,8 @@ impl Tally {
                 if let Some(RecordKey::NodeLease(node)) = RecordKey::parse(key)
                     && self.nodes.remove(node)
                 {
-                    for (service, n) in self.by_node.get(node).into_iter().flatten() {
-                        count_down(&mut self.placed, service, *n);
-                    }
+                    self.placed.node_down(node);
+                    self.stopping.node_down(node);
                 }
             }
         }
@@ -216,25 +192,15 @@ impl Tally {
 
     /// One row per declared service, in the order of their keys.
     pub(super) fn status(&self) -> ClusterStatus {
-        let mut stopping: BTreeMap<&str, u32> = BTreeMap::new();
-        for (node, service) in self.stopping.values() {
-            if self.nodes.contains(node) {
-                *stopping.entry(service.as_str()).or_default() += 1;
-            }
-        }
-        let services = self
-            .specs
-            .values()
-            .map(|spec| self.row(spec, stopping.get(spec.name.as_str()).copied().unwrap_or(0)))
-            .collect();
+        let services = self.specs.values().map(|spec| self.row(spec)).collect();
         ClusterStatus {
             services,
             nodes: self.nodes.len(),
         }
     }
 
-    /// The row of `spec`, whose instances on live nodes still stopping are `stopping`.
-    fn row(&self, spec: &ServiceSpec, stopping: u32) -> ServiceRow {
+    /// The row of `spec`.
+    fn row(&self, spec: &ServiceSpec) -> ServiceRow {
         let resolved = self.effective.get(&spec.name);
         let desired = resolved.map_or(spec.instances, |e| e.instances);
         let counted = self.status.get(&spec.name);
@@ -251,7 +217,8 @@ impl Tally {
             && unplaced == 0;
         // Settled too: no rebalancing move in flight (an extra instance placed) or about to
         // start (a suggestion the instance controller acts on), and no instance still stopping.
-        let placed = self.placed.get(&spec.name).copied().unwrap_or(0);
+        let placed = self.placed.live(&spec.name);
+        let stopping = self.stopping.live(&spec.name);
         let moving = placed > desired
             || (self.moves.contains_key(&spec.name) && !spec.stateful && spec.update.max_extra > 0);
         let counted = counted.cloned().unwrap_or_default();
@@ -275,6 +242,65 @@ impl Tally {
 /// The record, or `None` for a fact that does not decode (skipped, as a status read skips it).
 fn decoded<T: DeserializeOwned>(fact: &Fact) -> Option<T> {
     schema::decode(fact).ok()
+}
+
+/// Placements by key, counted per service over the live nodes, so that a node's lease coming
+/// or going moves its placements' counts at once.
+#[derive(Debug, Default)]
+struct OnNodes {
+    /// By key: the node and the service.
+    by_key: HashMap<Key, (String, String)>,
+    /// Per node, by service.
+    by_node: HashMap<String, BTreeMap<String, u32>>,
+    /// On live nodes, by service.
+    live: BTreeMap<String, u32>,
+}
+
+impl OnNodes {
+    /// Counts the placement `key` of `service` on `node`; `nodes` are the live ones.
+    fn insert(&mut self, key: Key, node: &str, service: String, nodes: &BTreeSet<String>) {
+        let per_node = self.by_node.entry(node.to_owned()).or_default();
+        *per_node.entry(service.clone()).or_default() += 1;
+        if nodes.contains(node) {
+            *self.live.entry(service.clone()).or_default() += 1;
+        }
+        self.by_key.insert(key, (node.to_owned(), service));
+    }
+
+    /// Forgets the placement `key`, if counted; `nodes` are the live ones.
+    fn remove(&mut self, key: &Key, nodes: &BTreeSet<String>) {
+        let Some((node, service)) = self.by_key.remove(key) else {
+            return;
+        };
+        if nodes.contains(&node) {
+            count_down(&mut self.live, &service, 1);
+        }
+        if let Some(per_node) = self.by_node.get_mut(&node) {
+            count_down(per_node, &service, 1);
+            if per_node.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
+    }
+
+    /// `node` became live: its placements count.
+    fn node_up(&mut self, node: &str) {
+        for (service, n) in self.by_node.get(node).into_iter().flatten() {
+            *self.live.entry(service.clone()).or_default() += n;
+        }
+    }
+
+    /// `node` is no longer live: its placements do not count.
+    fn node_down(&mut self, node: &str) {
+        for (service, n) in self.by_node.get(node).into_iter().flatten() {
+            count_down(&mut self.live, service, *n);
+        }
+    }
+
+    /// The placements of `service` on live nodes.
+    fn live(&self, service: &str) -> u32 {
+        self.live.get(service).copied().unwrap_or(0)
+    }
 }
 
 /// One less of `name`, forgetting it at zero.
