@@ -261,3 +261,90 @@ fn each_identity_of_a_stateful_service_has_a_volume_of_its_own() -> Result<(), H
     assert_eq!(placed_on(&harness, "db-0"), Some(zero.node));
     Ok(())
 }
+
+/// `db`, stateful, `count` identities of 5Gi of memory each with a persistent volume `data`;
+/// `data@{absent}` attached to n1 with no instance (its owner between a stop and a start);
+/// nodes of 8Gi of memory, n2 with a little in use already (so n1 is the emptier).
+fn absent_owner(count: u32, absent: u32) -> (Harness, impl Fn(u32) -> DesiredInstance) {
+    let db = ServiceSpec {
+        instances: count,
+        stateful: true,
+        resources: schema::Resources {
+            cpu: "1".parse().expect("cpu"),
+            memory: gib(5),
+        },
+        ..service("db", "data")
+    };
+    let web = ServiceSpec {
+        volumes: Vec::new(),
+        ..service("web", "none")
+    };
+    let ordinal = {
+        let db = db.clone();
+        move |k: u32| DesiredInstance {
+            ordinal: Some(k),
+            ..instance(&db)
+        }
+    };
+    let kept = VolumeAttachment {
+        volume: format!("data@{absent}"),
+        node: "n1".into(),
+        instance: None,
+        size: gib(1),
+        persistent: true,
+    };
+    let in_use = Assignment {
+        instance: "web-a".into(),
+        service: "web".into(),
+        node: "n2".into(),
+        version: web.version(),
+        state: DesiredState::Running,
+        ports: Vec::new(),
+        volumes: Vec::new(),
+    };
+    let harness = Harness::new(SchedulerController::new())
+        .json("desired/volume/data", &volume("data", 1, true))
+        .json("desired/service/db", &db)
+        .json("desired/service/web", &web)
+        .json("desired/instance/web-a", &instance(&web))
+        .json("placement/n2/web-a", &in_use)
+        .json(&format!("volume/attachment/data@{absent}"), &kept)
+        .json("observed/node/n1", &node("n1", 10))
+        .json("observed/node/n2", &node("n2", 10))
+        .fact("lease/node/n1", "n1")
+        .fact("lease/node/n2", "n2");
+    (harness, ordinal)
+}
+
+#[test]
+fn the_room_a_volume_owner_comes_back_to_is_not_taken_while_it_is_away() -> Result<(), HarnessError>
+{
+    // db-0 is away; db-1, attached nowhere yet, would go to the emptier n1, where db-0 and
+    // db-1 cannot both run: it goes to n2.
+    let (harness, ordinal) = absent_owner(2, 0);
+    let mut harness = harness.json("desired/instance/db-1", &ordinal(1));
+    harness.run()?;
+    assert_eq!(placed_on(&harness, "db-1").as_deref(), Some("n2"));
+    // db-0 comes back to its data, and the room kept for it.
+    let mut harness = harness.json("desired/instance/db-0", &ordinal(0));
+    harness.run()?;
+    assert_eq!(placed_on(&harness, "db-0").as_deref(), Some("n1"));
+    assert_eq!(
+        attachment(&harness, "data@0").and_then(|a| a.instance),
+        Some("db-0".to_owned())
+    );
+    Ok(())
+}
+
+#[test]
+fn the_data_of_an_identity_scaled_away_keeps_no_room() -> Result<(), HarnessError> {
+    // One identity now: data@1's owner is not expected back, so n1 holds nothing for it and
+    // db-0 takes the emptier node. Its data stays where it is all the same.
+    let (harness, ordinal) = absent_owner(1, 1);
+    let mut harness = harness.json("desired/instance/db-0", &ordinal(0));
+    harness.run()?;
+    assert_eq!(placed_on(&harness, "db-0").as_deref(), Some("n1"));
+    let kept = attachment(&harness, "data@1").expect("data@1 kept");
+    assert_eq!((kept.node.as_str(), kept.instance), ("n1", None));
+    Ok(())
+}

@@ -12,6 +12,7 @@ use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileErr
 use super::cluster::Cluster;
 use super::events::placement_events;
 use super::host_ports;
+use super::room;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
 use super::volumes::Volumes;
 use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
@@ -54,7 +55,11 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// data is attached, 1 is not alive`); no data is moved or deleted for it. When that node is
 /// alive but full, instances that could run elsewhere are moved off it to make room (a
 /// `status/rebalance/{svc}` record with `room_for`; the rule is in the `room` module), and
-/// requests pinned to a node are placed ahead of the others in a pass.
+/// requests pinned to a node are placed ahead of the others in a pass. While the instance
+/// that owns a persistent volume is away for a moment (between the stop of a replaced instance
+/// and the start of its replacement, say), the room it comes back to on that node is held from
+/// instances that could run anywhere, and from the first attachment of another volume whose
+/// owner the node could not then run beside it.
 ///
 /// # Guarantees
 ///
@@ -69,7 +74,8 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// # Cost
 ///
 /// Placements are those of [`schedule`](crate::scheduler::schedule) with
-/// [`Rebalance::Off`](crate::scheduler::Rebalance::Off), computed differently: the controller
+/// [`Rebalance::Off`](crate::scheduler::Rebalance::Off) (room held for a volume's absent owner
+/// counting as load), computed differently: the controller
 /// keeps its reading of the cluster and the scheduler's node tables between passes (nodes grouped
 /// by attributes, then by load in order of utilisation; per-service instance counts) and patches
 /// both with the facts that changed. A pass costs time for those facts and for the instances it
@@ -116,6 +122,8 @@ impl Controller for SchedulerController {
             schema::OBSERVED_NODES.into(),
             schema::NODE_LEASES.into(),
             schema::DESIRED_VOLUMES.into(),
+            // Effective counts: which owners of persistent data are expected back.
+            schema::EFFECTIVE_SERVICES.into(),
         ]
     }
 
@@ -242,6 +250,8 @@ fn plan(
             volumes,
         });
     }
+    // Room kept for the owners of persistent data that are away for a moment.
+    let absent = volumes.hold_for_absent(cluster, index, &claimed);
     let Placed {
         placements,
         mut unsatisfied,
@@ -250,6 +260,7 @@ fn plan(
     } else {
         index.place(&requests)
     };
+    room::release(index, absent);
     let pinned_waiting: Vec<(String, String)> = requests
         .iter()
         .filter(|r| unsatisfied.contains_key(r.instance))

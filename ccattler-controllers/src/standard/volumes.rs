@@ -17,6 +17,12 @@
 //!   goes with its instance). The attachment of a volume no longer declared is deleted once no
 //!   instance holds it.
 //! - The sizes of the volumes attached to a node count against the storage it reports.
+//! - A persistent volume attached to a node with no instance, whose owner is expected back (an
+//!   instance of a declared service that mounts it, within the service's count, that has no
+//!   desired record now: between a replacement's stop and its start, for one), holds its
+//!   owner's cpu and memory on that node while a pass places others
+//!   ([`hold_for_absent`](Volumes::hold_for_absent)). Data never moves, so an instance that
+//!   could go anywhere must not take the room the volume's owner can only find there.
 //! - Each instance of a stateful service has a volume of its own for each volume it mounts,
 //!   `{volume}@{ordinal}` ([`volume_claim`]): the rules above hold for each of those.
 
@@ -29,7 +35,8 @@ use ccattler_core::schema::{
 use ccattler_core::{Change, Fact, FactView, Key, ReconcileError};
 
 use super::cluster::{Cluster, Instance};
-use crate::scheduler::VolumeNeed;
+use super::room::Held;
+use crate::scheduler::{LiveIndex, VolumeNeed};
 
 /// The volumes of one view: declarations and attachments, by the names their keys give. Kept
 /// by the scheduler's cache and patched with the view's changes, so a pass decodes only the
@@ -211,6 +218,35 @@ impl Volumes {
         Ok(carried)
     }
 
+    /// Holds, on its node, the cpu and memory of the owner of each persistent volume attached
+    /// there with no instance that no request of this pass mounts (`claimed`), when that owner
+    /// is expected back: an instance of a declared service mounting the volume (for a stateful
+    /// service, the one of the volume's ordinal, below the service's effective count), none of
+    /// whose desired records is there now. Give the room back with
+    /// [`room::release`](super::room::release) once the pass has placed its requests.
+    pub(super) fn hold_for_absent<'v>(
+        &'v self,
+        cluster: &Cluster,
+        index: &mut LiveIndex,
+        claimed: &BTreeMap<String, String>,
+    ) -> Held<'v> {
+        let mut held = Vec::new();
+        for (name, (_, attachment)) in &self.attached {
+            if attachment.instance.is_some() || !attachment.persistent || claimed.contains_key(name)
+            {
+                continue;
+            }
+            let Some(owner) = absent_owner(cluster, name) else {
+                continue;
+            };
+            let node = attachment.node.as_str();
+            if let Some(before) = index.hold(node, &owner.placement, owner.resources) {
+                held.push((node, before));
+            }
+        }
+        held
+    }
+
     /// The attachments whose instance is gone, of the volumes this pass did not attach again
     /// (`attached`): kept without an instance for a persistent volume still declared, deleted
     /// otherwise.
@@ -242,6 +278,31 @@ impl Volumes {
             }
         }
     }
+}
+
+/// The service whose instance owns the volume `name` (a name of [`volume_claim`]) and is
+/// expected back without a desired record now, if any.
+fn absent_owner<'c>(cluster: &'c Cluster, name: &str) -> Option<&'c ServiceSpec> {
+    let volume = claimed_volume(name);
+    let ordinal = match name.split_once('@') {
+        Some((_, ordinal)) => Some(ordinal.parse::<u32>().ok()?),
+        None => None,
+    };
+    cluster.services.values().find(|spec| {
+        let count = cluster
+            .effective
+            .get(&spec.name)
+            .map_or(spec.instances, |e| e.instances);
+        let expected = match ordinal {
+            Some(ordinal) => spec.stateful && ordinal < count,
+            None => !spec.stateful && count > 0,
+        };
+        expected
+            && spec.volumes.iter().any(|m| m.volume == volume)
+            && cluster
+                .instances_of(&spec.name)
+                .all(|i| i.desired.ordinal != ordinal)
+    })
 }
 
 /// Whether instance `id` still holds the volume of `attachment`: its desired record or a
