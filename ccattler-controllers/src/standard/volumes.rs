@@ -219,10 +219,11 @@ impl Volumes {
     }
 
     /// Holds, on its node, the cpu and memory of the owner of each persistent volume attached
-    /// there with no instance that no request of this pass mounts (`claimed`), when that owner
-    /// is expected back: an instance of a declared service mounting the volume (for a stateful
+    /// there that no request of this pass mounts (`claimed`), when that owner is away and
+    /// expected back: an instance of a declared service mounting the volume (for a stateful
     /// service, the one of the volume's ordinal, below the service's effective count), none of
-    /// whose desired records is there now. Give the room back with
+    /// whose desired records is there now (the attachment may still name the instance that
+    /// went: this pass releases it). Give the room back with
     /// [`room::release`](super::room::release) once the pass has placed its requests.
     pub(super) fn hold_for_absent<'v>(
         &'v self,
@@ -232,8 +233,9 @@ impl Volumes {
     ) -> Held<'v> {
         let mut held = Vec::new();
         for (name, (_, attachment)) in &self.attached {
-            if attachment.instance.is_some() || !attachment.persistent || claimed.contains_key(name)
-            {
+            // An instance named by the attachment but without a desired record is gone: this
+            // pass releases the volume (and the index no longer counts that instance).
+            if !attachment.persistent || claimed.contains_key(name) {
                 continue;
             }
             let Some(owner) = absent_owner(cluster, name) else {
