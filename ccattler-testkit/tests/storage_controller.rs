@@ -348,3 +348,36 @@ fn the_data_of_an_identity_scaled_away_keeps_no_room() -> Result<(), HarnessErro
     assert_eq!((kept.node.as_str(), kept.instance), ("n1", None));
     Ok(())
 }
+
+#[test]
+fn the_room_is_kept_in_the_pass_that_sees_the_owner_go() -> Result<(), HarnessError> {
+    // db-0's desired record just went (replaced: stopped first, started again next); its
+    // placement and the attachment naming it are still there, and this pass releases both.
+    let (harness, ordinal) = absent_owner(2, 0);
+    let leaving = VolumeAttachment {
+        volume: "data@0".into(),
+        node: "n1".into(),
+        instance: Some("db-0".into()),
+        size: gib(1),
+        persistent: true,
+    };
+    let placed = Assignment {
+        instance: "db-0".into(),
+        service: "db".into(),
+        node: "n1".into(),
+        version: ordinal(0).version,
+        state: DesiredState::Running,
+        ports: Vec::new(),
+        volumes: Vec::new(),
+    };
+    let mut harness = harness
+        .json("volume/attachment/data@0", &leaving)
+        .json("placement/n1/db-0", &placed)
+        .json("desired/instance/db-1", &ordinal(1));
+    harness.run()?;
+    assert_eq!(placed_on(&harness, "db-1").as_deref(), Some("n2"));
+    assert!(harness.get("placement/n1/db-0").is_none());
+    let kept = attachment(&harness, "data@0").expect("data@0 kept");
+    assert_eq!((kept.node.as_str(), kept.instance), ("n1", None));
+    Ok(())
+}
