@@ -2,7 +2,7 @@
 
 use imbl::OrdMap;
 
-use crate::{Change, Fact, Key, Revision};
+use crate::{Change, Fact, Key, Revision, Scan};
 
 /// An immutable, ordered snapshot of the facts under a controller's watched prefixes.
 ///
@@ -110,6 +110,26 @@ impl FactView {
                 .all(|((k1, f1), (k2, f2))| k1 == k2 && f1.mod_revision == f2.mod_revision)
     }
 
+    /// Whether `scans` (lists of prefixes none of which starts another, each sorted by key)
+    /// hold the same facts as this view: the same keys, each at the same mod revision. Scans of
+    /// prefixes that overlap count a fact twice, and so never match. Cost: O(n), without
+    /// building a view of the scans.
+    pub fn holds_scanned(&self, scans: &[Scan]) -> bool {
+        let mut ordered: Vec<&[Fact]> = scans
+            .iter()
+            .map(|s| s.facts.as_slice())
+            .filter(|facts| !facts.is_empty())
+            .collect();
+        ordered.sort_by(|a, b| a[0].key.cmp(&b[0].key));
+        let listed: usize = ordered.iter().map(|facts| facts.len()).sum();
+        listed == self.facts.len()
+            && ordered
+                .iter()
+                .flat_map(|facts| facts.iter())
+                .zip(self.facts.iter())
+                .all(|(f, (key, held))| f.key == *key && f.mod_revision == held.mod_revision)
+    }
+
     /// Records that every change up to `revision` has been applied.
     pub fn set_revision(&mut self, revision: Revision) {
         self.revision = revision;
@@ -167,6 +187,45 @@ mod tests {
             crate::Value::from_static(b"v"),
             Revision(rev),
         )
+    }
+
+    #[test]
+    fn holds_scanned_matches_the_same_facts_in_any_order_of_prefixes() {
+        let view = FactView::from_facts(
+            Revision(4),
+            [
+                fact("a/1", 1),
+                fact("b/1", 2),
+                fact("b/2", 3),
+                fact("c/1", 4),
+            ],
+        );
+        let scan = |facts: Vec<Fact>| Scan {
+            revision: Revision(9),
+            facts,
+        };
+        let held = [
+            scan(vec![fact("c/1", 4)]),
+            scan(vec![]),
+            scan(vec![fact("b/1", 2), fact("b/2", 3)]),
+            scan(vec![fact("a/1", 1)]),
+        ];
+        assert!(view.holds_scanned(&held));
+        // A fact written again, one gone, one more, one counted twice: not the same.
+        let rewritten = [
+            scan(vec![fact("a/1", 1)]),
+            scan(vec![fact("b/1", 2), fact("b/2", 5), fact("c/1", 4)]),
+        ];
+        assert!(!view.holds_scanned(&rewritten));
+        assert!(!view.holds_scanned(&held[..3]));
+        let more = [
+            scan(vec![fact("a/1", 1), fact("a/2", 6)]),
+            held[2].clone(),
+            held[0].clone(),
+        ];
+        assert!(!view.holds_scanned(&more));
+        let overlapping = [held[3].clone(), scan(vec![fact("a/1", 1)]), held[2].clone()];
+        assert!(!view.holds_scanned(&overlapping));
     }
 
     #[test]

@@ -458,16 +458,15 @@ impl ControllerLoop {
                     .zip(&scans)
                     .map(|(prefix, scan)| (prefix.clone(), scan.revision.next()))
                     .collect();
-                let facts = scans.into_iter().flat_map(|s| s.facts);
-                let listed = FactView::from_facts(revision, facts);
                 let resync = std::mem::take(&mut self.resyncing);
-                if resync && !self.dirty && self.view.holds_same_facts(&listed) {
+                if resync && !self.dirty && self.view.holds_scanned(&scans) {
                     // Nothing was missed: the view (and what the controller derived from it)
                     // stands, and there is nothing new to plan on.
                     self.view.set_revision(revision.max(self.view.revision()));
                     self.stats.quiet_resyncs += 1;
                 } else {
-                    self.view = listed;
+                    let facts = scans.into_iter().flat_map(|s| s.facts);
+                    self.view = FactView::from_facts(revision, facts);
                     self.dirty = true;
                 }
                 self.outbox.push_back(Action::Watch { starts });
