@@ -235,7 +235,11 @@ impl Volumes {
         for (name, (_, attachment)) in &self.attached {
             // An instance named by the attachment but without a desired record is gone: this
             // pass releases the volume (and the index no longer counts that instance).
-            if !attachment.persistent || claimed.contains_key(name) {
+            let holder = attachment.instance.as_deref();
+            if !attachment.persistent
+                || claimed.contains_key(name)
+                || holder.is_some_and(|id| cluster.instances.contains_key(id))
+            {
                 continue;
             }
             let Some(owner) = absent_owner(cluster, name) else {
