@@ -308,7 +308,7 @@ fn absent_owner(count: u32, absent: u32) -> (Harness, impl Fn(u32) -> DesiredIns
         .json("desired/service/web", &web)
         .json("desired/instance/web-a", &instance(&web))
         .json("placement/n2/web-a", &in_use)
-        .json(&format!("volume/attachment/data@{absent}"), &kept)
+        .json(format!("volume/attachment/data@{absent}"), &kept)
         .json("observed/node/n1", &node("n1", 10))
         .json("observed/node/n2", &node("n2", 10))
         .fact("lease/node/n1", "n1")
