@@ -4,7 +4,6 @@
 //! Needs root, `ip` and `nft`: without them the tests fail under CI (`CI=true`) and say they
 //! were skipped when run by hand.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,11 +48,24 @@ impl Namespace {
     }
 
     /// A script named `name` that runs `body` (with `$NS` the namespace).
+    ///
+    /// Written by a shell, not by this process: a file this process held open for writing
+    /// would be inherited by a child that another test's thread forks meanwhile, and running
+    /// the script would then fail with "Text file busy" until that child execs.
     fn script(&self, name: &str, body: &str) -> PathBuf {
         let path = self.dir.path().join(name);
         let text = format!("#!/bin/sh\nNS={}\n{body}\n", self.name);
-        std::fs::write(&path, text).expect("write the script");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let written = Command::new("sh")
+            .args([
+                "-c",
+                "printf '%s' \"$2\" > \"$1\" && chmod 755 \"$1\"",
+                "sh",
+            ])
+            .arg(&path)
+            .arg(&text)
+            .status()
+            .expect("sh runs");
+        assert!(written.success(), "writing the script {}", path.display());
         path
     }
 
