@@ -102,12 +102,7 @@ impl FactView {
     /// Whether `other` holds the same facts: the same keys, each at the same mod revision (in
     /// one store, the same value too). Its revision may differ. Cost: O(n).
     pub fn holds_same_facts(&self, other: &FactView) -> bool {
-        self.facts.len() == other.facts.len()
-            && self
-                .facts
-                .iter()
-                .zip(other.facts.iter())
-                .all(|((k1, f1), (k2, f2))| k1 == k2 && f1.mod_revision == f2.mod_revision)
+        self.holds_in_order(other.facts.len(), other.facts.values())
     }
 
     /// Whether `scans` (lists of prefixes none of which starts another, each sorted by key)
@@ -122,10 +117,14 @@ impl FactView {
             .collect();
         ordered.sort_by(|a, b| a[0].key.cmp(&b[0].key));
         let listed: usize = ordered.iter().map(|facts| facts.len()).sum();
-        listed == self.facts.len()
-            && ordered
-                .iter()
-                .flat_map(|facts| facts.iter())
+        self.holds_in_order(listed, ordered.into_iter().flatten())
+    }
+
+    /// Whether `facts` (`len` of them, in key order) are this view's keys, each at the mod
+    /// revision the view holds.
+    fn holds_in_order<'a>(&self, len: usize, facts: impl Iterator<Item = &'a Fact>) -> bool {
+        len == self.facts.len()
+            && facts
                 .zip(self.facts.iter())
                 .all(|(f, (key, held))| f.key == *key && f.mod_revision == held.mod_revision)
     }

@@ -17,10 +17,11 @@
 //!   goes with its instance). The attachment of a volume no longer declared is deleted once no
 //!   instance holds it.
 //! - The sizes of the volumes attached to a node count against the storage it reports.
-//! - A persistent volume attached to a node with no instance, whose owner is expected back (an
-//!   instance of a declared service that mounts it, within the service's count, that has no
-//!   desired record now: between a replacement's stop and its start, for one), holds its
-//!   owner's cpu and memory on that node while a pass places others
+//! - A persistent volume attached to a node with no instance (or one whose desired record
+//!   went), whose owner is expected back (an instance of a declared service that mounts it,
+//!   within the service's count, that has no desired record now: between a replacement's stop
+//!   and its start, for one), holds its owner's cpu and memory on that node while a pass places
+//!   others
 //!   ([`hold_for_absent`](Volumes::hold_for_absent)). Data never moves, so an instance that
 //!   could go anywhere must not take the room the volume's owner can only find there.
 //! - Each instance of a stateful service has a volume of its own for each volume it mounts,
@@ -233,8 +234,10 @@ impl Volumes {
     ) -> Held<'v> {
         let mut held = Vec::new();
         for (name, (_, attachment)) in &self.attached {
-            // An instance named by the attachment but without a desired record is gone: this
-            // pass releases the volume (and the index no longer counts that instance).
+            // An instance named by the attachment that still has its desired record is there
+            // (placed, or a request of this pass): nothing to hold. One without it is gone,
+            // though the attachment names it until this pass releases the volume, and the
+            // index no longer counts it: its owner's room is held like any other's.
             let holder = attachment.instance.as_deref();
             if !attachment.persistent
                 || claimed.contains_key(name)
