@@ -1,5 +1,7 @@
 //! [`FactView`]: the immutable snapshot of facts a controller reconciles on.
 
+use std::cmp::Ordering;
+
 use imbl::OrdMap;
 
 use crate::{Change, Fact, Key, Revision, Scan};
@@ -102,31 +104,60 @@ impl FactView {
     /// Whether `other` holds the same facts: the same keys, each at the same mod revision (in
     /// one store, the same value too). Its revision may differ. Cost: O(n).
     pub fn holds_same_facts(&self, other: &FactView) -> bool {
-        self.holds_in_order(other.facts.len(), other.facts.values())
+        self.facts.len() == other.facts.len()
+            && (self.facts.iter().zip(other.facts.values()))
+                .all(|((key, held), f)| f.key == *key && f.mod_revision == held.mod_revision)
     }
 
-    /// Whether `scans` (lists of prefixes none of which starts another, each sorted by key)
-    /// hold the same facts as this view: the same keys, each at the same mod revision. Scans of
-    /// prefixes that overlap count a fact twice, and so never match. Cost: O(n), without
-    /// building a view of the scans.
-    pub fn holds_scanned(&self, scans: &[Scan]) -> bool {
-        let mut ordered: Vec<&[Fact]> = scans
-            .iter()
-            .map(|s| s.facts.as_slice())
-            .filter(|facts| !facts.is_empty())
-            .collect();
-        ordered.sort_by(|a, b| a[0].key.cmp(&b[0].key));
-        let listed: usize = ordered.iter().map(|facts| facts.len()).sum();
-        self.holds_in_order(listed, ordered.into_iter().flatten())
-    }
-
-    /// Whether `facts` (`len` of them, in key order) are this view's keys, each at the mod
-    /// revision the view holds.
-    fn holds_in_order<'a>(&self, len: usize, facts: impl Iterator<Item = &'a Fact>) -> bool {
-        len == self.facts.len()
-            && facts
-                .zip(self.facts.iter())
-                .all(|(f, (key, held))| f.key == *key && f.mod_revision == held.mod_revision)
+    /// Makes this view hold exactly the facts of `scans` (what a list of its prefixes read at
+    /// `revision`), changing only the keys that differ: a key listed at another mod revision
+    /// than the view holds, or not held, is put; a key held but not listed is removed. Returns
+    /// how many keys changed (0: the view already held what was listed). The revision becomes
+    /// `revision` unless the view's is later. Each scan holds its facts in key order, as a
+    /// store lists them.
+    ///
+    /// Unlike a view built afresh with [`from_facts`](Self::from_facts), the result keeps
+    /// sharing every unchanged node with earlier snapshots, so [`changes_since`](Self::changes_since)
+    /// from one of them costs the differences, not the size of the view. Cost: one ordered walk
+    /// of the view beside the scans, O(n), and O(log n) for each key that differs; nothing is
+    /// built when nothing differs. Scans may come in any order of prefix; when two prefixes
+    /// overlap (one starts the other), a fact listed twice is taken at its latest mod revision.
+    pub fn sync_to_scans(&mut self, scans: Vec<Scan>, revision: Revision) -> usize {
+        let listed = in_key_order(scans);
+        let mut puts = Vec::new();
+        let mut removals = Vec::new();
+        let mut held = self.facts.iter().peekable();
+        for fact in listed {
+            // One compare of keys per step: the walk is most of the cost.
+            loop {
+                match held.peek().map(|(key, _)| (*key).cmp(&fact.key)) {
+                    Some(Ordering::Less) => {
+                        removals.extend(held.next().map(|(key, _)| key.clone()));
+                    }
+                    Some(Ordering::Equal) => {
+                        let same = held.next().map(|(_, f)| f.mod_revision);
+                        if same != Some(fact.mod_revision) {
+                            puts.push(fact);
+                        }
+                        break;
+                    }
+                    Some(Ordering::Greater) | None => {
+                        puts.push(fact);
+                        break;
+                    }
+                }
+            }
+        }
+        removals.extend(held.map(|(key, _)| key.clone()));
+        let changed = puts.len() + removals.len();
+        for key in removals {
+            self.facts.remove(&key);
+        }
+        for fact in puts {
+            self.insert(fact);
+        }
+        self.revision = self.revision.max(revision);
+        changed
     }
 
     /// Records that every change up to `revision` has been applied.
@@ -176,6 +207,27 @@ impl FactView {
     }
 }
 
+/// The facts of `scans` in key order, each key once (at its latest mod revision where scans
+/// of overlapping prefixes both list it). Scans of disjoint prefixes are put in order by their
+/// first keys and not sorted further.
+fn in_key_order(scans: Vec<Scan>) -> Vec<Fact> {
+    let mut scans: Vec<Vec<Fact>> = scans
+        .into_iter()
+        .map(|s| s.facts)
+        .filter(|facts| !facts.is_empty())
+        .collect();
+    scans.sort_by(|a, b| a[0].key.cmp(&b[0].key));
+    let disjoint = scans
+        .windows(2)
+        .all(|pair| pair[0][pair[0].len() - 1].key < pair[1][0].key);
+    let mut facts: Vec<Fact> = scans.into_iter().flatten().collect();
+    if !disjoint {
+        facts.sort_by(|a, b| a.key.cmp(&b.key).then(b.mod_revision.cmp(&a.mod_revision)));
+        facts.dedup_by(|later, kept| later.key == kept.key);
+    }
+    facts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,8 +240,23 @@ mod tests {
         )
     }
 
+    /// `view` synced to `scans`: how many keys changed, and each key with its mod revision
+    /// after, checked against a view built afresh from the same scans.
+    fn synced(view: &FactView, scans: &[Scan]) -> (usize, Vec<(String, u64)>) {
+        let mut synced = view.clone();
+        let changed = synced.sync_to_scans(scans.to_vec(), Revision(9));
+        let fresh = FactView::from_facts(Revision(9), scans.iter().flat_map(|s| s.facts.clone()));
+        assert!(synced.holds_same_facts(&fresh), "what a fresh list holds");
+        assert_eq!(synced.revision(), Revision(9));
+        let held = synced
+            .iter()
+            .map(|f| (f.key.as_str().to_owned(), f.mod_revision.0))
+            .collect();
+        (changed, held)
+    }
+
     #[test]
-    fn holds_scanned_matches_the_same_facts_in_any_order_of_prefixes() {
+    fn sync_to_scans_changes_only_what_differs_in_any_order_of_prefixes() {
         let view = FactView::from_facts(
             Revision(4),
             [
@@ -209,22 +276,55 @@ mod tests {
             scan(vec![fact("b/1", 2), fact("b/2", 3)]),
             scan(vec![fact("a/1", 1)]),
         ];
-        assert!(view.holds_scanned(&held));
-        // A fact written again, one gone, one more, one counted twice: not the same.
+        assert_eq!(synced(&view, &held).0, 0, "nothing differs");
+        let owned = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+            pairs.iter().map(|(k, r)| (k.to_string(), *r)).collect()
+        };
+        // A fact written again, one gone (c/1), one more (a/2).
         let rewritten = [
-            scan(vec![fact("a/1", 1)]),
-            scan(vec![fact("b/1", 2), fact("b/2", 5), fact("c/1", 4)]),
-        ];
-        assert!(!view.holds_scanned(&rewritten));
-        assert!(!view.holds_scanned(&held[..3]));
-        let more = [
             scan(vec![fact("a/1", 1), fact("a/2", 6)]),
+            scan(vec![fact("b/1", 2), fact("b/2", 5)]),
+        ];
+        assert_eq!(
+            synced(&view, &rewritten),
+            (3, owned(&[("a/1", 1), ("a/2", 6), ("b/1", 2), ("b/2", 5)]))
+        );
+        // Every fact gone, or listed for an empty view.
+        assert_eq!(synced(&view, &[]), (4, vec![]));
+        assert_eq!(synced(&FactView::new(), &held).0, 4);
+        // Overlapping prefixes (a/ and a/1) list a/1 twice: taken once, at its latest.
+        let overlapping = [
+            held[3].clone(),
+            scan(vec![fact("a/1", 7)]),
             held[2].clone(),
             held[0].clone(),
         ];
-        assert!(!view.holds_scanned(&more));
-        let overlapping = [held[3].clone(), scan(vec![fact("a/1", 1)]), held[2].clone()];
-        assert!(!view.holds_scanned(&overlapping));
+        assert_eq!(
+            synced(&view, &overlapping),
+            (1, owned(&[("a/1", 7), ("b/1", 2), ("b/2", 3), ("c/1", 4)]))
+        );
+    }
+
+    #[test]
+    fn a_synced_view_differs_from_its_snapshot_by_what_changed() {
+        let facts = (0..1000).map(|i| fact(&format!("k/{i:04}"), i + 1));
+        let mut view = FactView::from_facts(Revision(1000), facts.clone());
+        let snapshot = view.clone();
+        let mut listed: Vec<Fact> = facts.collect();
+        listed[500] = fact("k/0500", 2000);
+        listed.remove(10);
+        view.sync_to_scans(
+            vec![Scan {
+                revision: Revision(2000),
+                facts: listed,
+            }],
+            Revision(2000),
+        );
+        let changes: Vec<_> = view
+            .changes_since(&snapshot)
+            .map(|(key, old, new)| (key.as_str(), old.is_some(), new.is_some()))
+            .collect();
+        assert_eq!(changes, [("k/0010", true, false), ("k/0500", true, true)]);
     }
 
     #[test]

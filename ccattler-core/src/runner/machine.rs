@@ -459,15 +459,15 @@ impl ControllerLoop {
                     .map(|(prefix, scan)| (prefix.clone(), scan.revision.next()))
                     .collect();
                 let resync = std::mem::take(&mut self.resyncing);
-                if resync && !self.dirty && self.view.holds_scanned(&scans) {
-                    // Nothing was missed: the view (and what the controller derived from it)
-                    // stands, and there is nothing new to plan on.
-                    self.view.set_revision(revision.max(self.view.revision()));
-                    self.stats.quiet_resyncs += 1;
-                } else {
-                    let facts = scans.into_iter().flat_map(|s| s.facts);
-                    self.view = FactView::from_facts(revision, facts);
+                // Only what differs is changed: the view keeps sharing the rest with the
+                // snapshots the controller derived its state from, so catching up costs it
+                // the differences.
+                let changed = self.view.sync_to_scans(scans, revision);
+                if !resync || changed > 0 {
                     self.dirty = true;
+                } else if !self.dirty {
+                    // Nothing was missed: nothing new to plan on.
+                    self.stats.quiet_resyncs += 1;
                 }
                 self.outbox.push_back(Action::Watch { starts });
                 self.phase = Phase::Live;
