@@ -16,6 +16,8 @@ use super::cluster::Cluster;
 /// The host ports of each placement of one pass (`(instance, node, spec)`, any order). An
 /// instance whose node has no port left (the scheduler let it through, so only a cluster already
 /// in conflict gets here) is in the second map instead, with the reason: it stays unplaced.
+/// Cost: the placements, and for each node given an instance that exposes a port, the host
+/// ports its placements hold.
 pub(super) fn allocate<'p>(
     cluster: &Cluster,
     placements: &[(&'p str, &'p str, &'p ServiceSpec)],
@@ -30,6 +32,11 @@ pub(super) fn allocate<'p>(
     let mut out = BTreeMap::new();
     let mut failed = BTreeMap::new();
     for (node, mut placed) in by_node {
+        if placed.iter().all(|(_, spec)| spec.expose.is_empty()) {
+            // Most services expose no port: no read of what the node's placements hold.
+            out.extend(placed.into_iter().map(|(instance, _)| (instance, Vec::new())));
+            continue;
+        }
         placed.sort_by_key(|(instance, _)| *instance);
         let range = cluster
             .nodes

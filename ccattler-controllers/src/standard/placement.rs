@@ -152,7 +152,8 @@ impl Controller for SchedulerController {
                 ..
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
-            let waiting = plan((cluster, volumes), index, facts, &mut changes)?;
+            let to_check = (&check, &mut *pending);
+            let waiting = plan((cluster, volumes), index, facts, to_check, &mut changes)?;
             let judged = (ctx.now(), waiting.as_slice());
             if let Some(sweep_in) = spread.suggest(cluster, index, facts, judged, &mut changes)? {
                 ctx.requeue_after(sweep_in);
@@ -199,12 +200,15 @@ fn mirror(
 }
 
 /// Places the running instances without a placement, writes why the rest fit nowhere, and
-/// deletes stale reasons and orphaned placements. Returns the instances left waiting that a
-/// volume pins to one node: (instance, node).
+/// deletes stale reasons and orphaned placements, and the placed records of the instances in
+/// `check` that have no placement left (each remembered in `pending`, to be checked again next
+/// pass should the delete not land). Returns the instances left waiting that a volume pins to
+/// one node: (instance, node).
 fn plan(
     (cluster, volumes): (&Cluster, &Volumes),
     index: &mut LiveIndex,
     facts: &FactView,
+    (check, pending): (&BTreeSet<String>, &mut BTreeSet<String>),
     changes: &mut Vec<Change>,
 ) -> Result<Vec<(String, String)>, ReconcileError> {
     // Each service's host ports, once per pass, for its requests to borrow; and the names of
@@ -336,13 +340,14 @@ fn plan(
         changes.push(Change::delete(key.clone()));
     }
     // An instance's placed record goes with its placement (guarded like it): none is kept for
-    // an instance that has no placement.
-    for fact in facts.scan(schema::PLACED) {
-        let id = RecordKey::parse(&fact.key).and_then(|r| r.instance());
-        let kept =
-            id.is_some_and(|id| placements.contains_key(id) || cluster.placement(id).is_some());
-        if !kept {
-            changes.push(Change::delete(fact.key.clone()));
+    // an instance that has no placement. Only a change to its records can leave one without:
+    // those instances are in `check` (every one after a fresh read).
+    for id in check {
+        let key = schema::keys::placed(id)?;
+        let kept = placements.contains_key(id.as_str()) || cluster.placement(id).is_some();
+        if !kept && facts.contains(key.as_str()) {
+            changes.push(Change::delete(key));
+            pending.insert(id.clone());
         }
     }
     Ok(pinned_waiting)

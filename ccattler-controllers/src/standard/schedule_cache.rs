@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use parking_lot::Mutex;
 
-use ccattler_core::schema::{RecordKey, Resources};
+use ccattler_core::schema::{self, RecordKey, Resources};
 use ccattler_core::{FactView, Key};
 
 use super::cluster::Cluster;
@@ -21,7 +21,8 @@ pub(crate) struct ScheduleState {
     pub cluster: Cluster,
     /// The nodes, reservations and placed instances of the view, for the scheduler.
     pub index: LiveIndex,
-    /// Instances whose placement did not mirror their desired record in the last pass.
+    /// Instances the last pass wrote for (a placement that did not mirror their desired
+    /// record, a placed record without a placement), to check again next pass.
     pub pending: BTreeSet<String>,
     /// Which services' rebalancing suggestions to judge next.
     pub spread: SpreadState,
@@ -42,9 +43,11 @@ pub(crate) struct ScheduleCache {
 }
 
 impl ScheduleCache {
-    /// Runs `pass` on the state of `view` and the instances whose placement may no longer
-    /// mirror their desired record (every instance after a fresh read; otherwise those whose
-    /// records changed since the previous pass, and those that did not mirror it then).
+    /// Runs `pass` on the state of `view` and the instances to check: those whose placement
+    /// may no longer mirror their desired record, or whose placed record may have lost its
+    /// placement (after a fresh read, every instance and every id a placement or placed record
+    /// names; otherwise those whose records changed since the previous pass, and those that
+    /// did not mirror it then).
     pub(super) fn run<R, E>(
         &self,
         view: &FactView,
@@ -86,7 +89,12 @@ fn read(view: &FactView) -> (ScheduleState, BTreeSet<String>) {
     for (id, node) in cluster.placed() {
         index.hold_ports(id, Some((node, &held(&cluster, id))));
     }
-    let check = cluster.instances.keys().cloned().collect();
+    let mut check: BTreeSet<String> = cluster.instances.keys().cloned().collect();
+    check.extend(cluster.placed().map(|(id, _)| id.to_owned()));
+    check.extend(
+        view.scan(schema::PLACED)
+            .filter_map(|fact| RecordKey::parse(&fact.key)?.instance().map(str::to_owned)),
+    );
     let state = ScheduleState {
         view: view.clone(),
         cluster,
@@ -173,7 +181,7 @@ fn classify(
             nodes.insert(node.to_owned());
             ids.insert(instance.to_owned());
         }
-        Some(RecordKey::Instance(id)) => {
+        Some(RecordKey::Instance(id) | RecordKey::Placed(id)) => {
             ids.insert(id.to_owned());
         }
         Some(RecordKey::NodeLease(node) | RecordKey::Node(node)) => {
