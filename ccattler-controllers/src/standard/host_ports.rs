@@ -34,7 +34,11 @@ pub(super) fn allocate<'p>(
     for (node, mut placed) in by_node {
         if placed.iter().all(|(_, spec)| spec.expose.is_empty()) {
             // Most services expose no port: no read of what the node's placements hold.
-            out.extend(placed.into_iter().map(|(instance, _)| (instance, Vec::new())));
+            out.extend(
+                placed
+                    .into_iter()
+                    .map(|(instance, _)| (instance, Vec::new())),
+            );
             continue;
         }
         placed.sort_by_key(|(instance, _)| *instance);
