@@ -149,10 +149,11 @@ impl AgentLoop {
                 }
             }
         }
-        // The sweep over every placement waits for the next action: once per batch of
-        // events, not once per event (with a hundred placements a node, a burst of events
-        // swept a hundred times).
+        // The sweep over every placement waits: at most once each `SWEEP_EVERY`, not once
+        // per event (with a hundred placements a node, a burst of events swept a hundred
+        // times). The pass and the report are asked for at once.
         self.placements_unswept = true;
+        self.placements_noted();
     }
 
     /// The placement watch could not start, failed or ended: the agent registers again.

@@ -26,6 +26,12 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// and one pass (a burst of a hundred starts costs a few, not one each over all instances).
 pub(super) const ACTION_BATCH: Duration = Duration::from_millis(100);
 
+/// How often at most the sweep over every placement follows watch events. What it forgets
+/// (specs, secrets, tracks of ids no longer placed) only costs memory while it stays; on a
+/// node of a hundred placements whose events come one commit at a time, a sweep per batch of
+/// events cost more than the events.
+pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// Counters of what an agent loop has done, for tests, metrics and the simulation's summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AgentStats {
@@ -222,9 +228,11 @@ pub struct AgentLoop {
     pub(super) report_scope: Scope,
     /// The instances the next pass decides for (see [`Scope`]).
     pub(super) pass_scope: Scope,
-    /// Placement events arrived since the last sweep ([`Self::placements_changed`]), which the
-    /// next action makes first.
+    /// Placement events arrived since the last sweep ([`Self::sweep_placements`]), which the
+    /// first action from `sweep_at` on makes.
     pub(super) placements_unswept: bool,
+    /// When the next sweep after placement events may run (at most one each [`SWEEP_EVERY`]).
+    pub(super) sweep_at: Duration,
     /// Whether an observation of the runtime has arrived since the loop began.
     pub(super) runtime_seen: bool,
     pub(super) pass_wanted: bool,
@@ -289,6 +297,7 @@ impl AgentLoop {
             runtime_seen: false,
             pass_wanted: true,
             placements_unswept: false,
+            sweep_at: Duration::ZERO,
             next_pass: Duration::ZERO,
             spec_fetches: BTreeSet::new(),
             secret_fetches: BTreeSet::new(),
@@ -383,8 +392,10 @@ impl AgentLoop {
 
     /// The next thing the driver must do, or `None` until a result, an event or the deadline.
     pub fn next_action(&mut self) -> Option<Action> {
-        if std::mem::take(&mut self.placements_unswept) {
-            self.placements_changed();
+        if self.placements_unswept && self.now >= self.sweep_at {
+            self.placements_unswept = false;
+            self.sweep_at = self.now.saturating_add(SWEEP_EVERY);
+            self.sweep_placements();
         }
         if let Some(action) = self.outbox.pop_front() {
             return Some(action);
@@ -545,10 +556,24 @@ impl AgentLoop {
         self.pass_wanted = true;
     }
 
-    /// The sweep after placements changed: forgets the specs, secrets, tracks and creation
-    /// revisions no placement needs any more, and asks for a pass and a report. O(placements
-    /// on the node): made once per list, and once per batch of watch events (see `event`).
+    /// After a list replaced the placements: the sweep, and a pass and a report asked for.
     pub(super) fn placements_changed(&mut self) {
+        self.sweep_placements();
+        self.placements_noted();
+    }
+
+    /// A pass and a report asked for, and the cache saved, after placements changed. The
+    /// events (or the list) marked the instances the pass decides for.
+    pub(super) fn placements_noted(&mut self) {
+        self.save_cache();
+        self.pass_wanted = true;
+        self.report_wanted = true;
+    }
+
+    /// Forgets the specs, secrets, tracks and creation revisions no placement needs any more.
+    /// O(placements on the node): made after each list, and after watch events at most once
+    /// each [`SWEEP_EVERY`] (see `event`, which forgets at once what correctness needs).
+    pub(super) fn sweep_placements(&mut self) {
         self.desired.forget_unused();
         let named = self.desired.named_secrets();
         self.missing_secrets.retain(|name| named.contains(name));
@@ -557,10 +582,6 @@ impl AgentLoop {
         let observed = &self.observed;
         self.placed_at
             .retain(|id, _| placements.contains_key(id) || observed.contains_key(id));
-        self.save_cache();
-        // The events (or the list) marked the instances the pass decides for.
-        self.pass_wanted = true;
-        self.report_wanted = true;
     }
 
     /// Records that `id`'s placement was created at `created`. Placed anew over an earlier
