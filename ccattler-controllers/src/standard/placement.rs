@@ -343,9 +343,11 @@ fn plan(
     // an instance that has no placement. Only a change to its records can leave one without:
     // those instances are in `check` (every one after a fresh read).
     for id in check {
+        if placements.contains_key(id.as_str()) || cluster.placement(id).is_some() {
+            continue; // placed: most of them, and no key to build
+        }
         let key = schema::keys::placed(id)?;
-        let kept = placements.contains_key(id.as_str()) || cluster.placement(id).is_some();
-        if !kept && facts.contains(key.as_str()) {
+        if facts.contains(key.as_str()) {
             changes.push(Change::delete(key));
             pending.insert(id.clone());
         }

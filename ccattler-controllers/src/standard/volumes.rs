@@ -21,9 +21,8 @@
 //!   went), whose owner is expected back (an instance of a declared service that mounts it,
 //!   within the service's count, that has no desired record now: between a replacement's stop
 //!   and its start, for one), holds its owner's cpu and memory on that node while a pass places
-//!   others
-//!   ([`hold_for_absent`](Volumes::hold_for_absent)). Data never moves, so an instance that
-//!   could go anywhere must not take the room the volume's owner can only find there.
+//!   others ([`hold_for_absent`](Volumes::hold_for_absent)). Data never moves, so an instance
+//!   that could go anywhere must not take the room the volume's owner can only find there.
 //! - Each instance of a stateful service has a volume of its own for each volume it mounts,
 //!   `{volume}@{ordinal}` ([`volume_claim`]): the rules above hold for each of those.
 

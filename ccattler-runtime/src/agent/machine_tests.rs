@@ -1265,3 +1265,29 @@ fn a_pass_after_placement_events_decides_for_the_placed_instances() {
     step.settle();
     assert_eq!(step.machine.stats().decided - decided, 22);
 }
+
+#[test]
+fn what_no_placement_needs_is_forgotten_within_a_sweep_interval_of_the_events() {
+    let mut step = Step::new();
+    let (web, db) = (service("web", &[]), service("db", &[]));
+    step.place("web-0", &web, DesiredState::Running);
+    step.place("db-0", &db, DesiredState::Running);
+    step.advance_until("both run", |s| running(s, "web-0") && running(s, "db-0"));
+    let held = |step: &Step| step.machine.desired.spec("db", &db.version()).is_some();
+    assert!(held(&step));
+
+    // Events right after a sweep: the instance stops at once, its spec waits for the next
+    // sweep, which comes within `SWEEP_EVERY`.
+    step.machine.sweep_at = step.clock.now_duration() + super::machine::SWEEP_EVERY;
+    step.unplace("db-0");
+    step.advance(Duration::from_millis(300));
+    assert!(
+        !running(&step, "db-0"),
+        "stopped at once: {:?}",
+        step.tail()
+    );
+    assert!(held(&step), "the sweep waits");
+    step.advance(super::machine::SWEEP_EVERY);
+    assert!(!held(&step), "forgotten by the sweep");
+    assert!(running(&step, "web-0"));
+}
