@@ -4,6 +4,7 @@
 //! each arm of a `match` on the configured name coerces its runtime (`SimulatorRuntime`,
 //! `ProcessRuntime`... of crate `ccattler-runtime`) to `Arc<dyn DynRuntime>`.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,12 @@ pub trait DynRuntime: Send + Sync + 'static {
 
     /// [`Runtime::observe`], boxed.
     fn dyn_observe(&self) -> BoxFuture<'_, Result<Vec<ObservedInstance>, RuntimeError>>;
+
+    /// [`Runtime::observe_some`], boxed.
+    fn dyn_observe_some<'a>(
+        &'a self,
+        ids: &'a BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<Vec<ObservedInstance>, RuntimeError>>;
 
     /// [`Runtime::stats`], boxed.
     fn dyn_stats<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<InstanceStats, RuntimeError>>;
@@ -115,6 +122,13 @@ impl<R: Runtime> DynRuntime for R {
         Box::pin(Runtime::observe(self))
     }
 
+    fn dyn_observe_some<'a>(
+        &'a self,
+        ids: &'a BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<Vec<ObservedInstance>, RuntimeError>> {
+        Box::pin(Runtime::observe_some(self, ids))
+    }
+
     fn dyn_stats<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<InstanceStats, RuntimeError>> {
         Box::pin(Runtime::stats(self, id))
     }
@@ -173,6 +187,13 @@ impl Runtime for Arc<dyn DynRuntime> {
 
     async fn observe(&self) -> Result<Vec<ObservedInstance>, RuntimeError> {
         (**self).dyn_observe().await
+    }
+
+    async fn observe_some(
+        &self,
+        ids: &BTreeSet<String>,
+    ) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        (**self).dyn_observe_some(ids).await
     }
 
     async fn stats(&self, id: &str) -> Result<InstanceStats, RuntimeError> {

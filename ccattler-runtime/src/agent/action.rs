@@ -1,6 +1,7 @@
 //! What the [`AgentLoop`](super::AgentLoop) asks its driver to do, and what the driver reports
 //! back.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
@@ -112,9 +113,13 @@ pub enum Action {
         /// The node's lease.
         lease: LeaseId,
     },
-    /// Ask the runtime what runs, and the stats of what runs. Report with
+    /// Ask the runtime what runs, and the stats of what runs: every instance, or only those of
+    /// `ids` (runtime ids; an instance's init steps have their own). Report with
     /// [`observed`](super::AgentLoop::observed).
-    Observe,
+    Observe {
+        /// The runtime ids to look at; `None` for every instance the runtime knows of.
+        ids: Option<BTreeSet<String>>,
+    },
     /// Make sure the instance runs (a runtime on the host first makes the directories of its
     /// mounts). Report with [`done`](super::AgentLoop::done).
     EnsureRunning {
@@ -208,7 +213,7 @@ impl Action {
             | Action::Report { .. }
             | Action::WriteTelemetry { .. } => Lane::Store,
             Action::KeepLease { .. } => Lane::Lease,
-            Action::Observe
+            Action::Observe { .. }
             | Action::EnsureRunning { .. }
             | Action::EnsureStopped { .. }
             | Action::UpdateFiles { .. }
@@ -255,7 +260,8 @@ impl fmt::Display for Action {
                 Ok(())
             }
             Action::WriteTelemetry { .. } => f.write_str("write telemetry"),
-            Action::Observe => f.write_str("observe"),
+            Action::Observe { ids: None } => f.write_str("observe"),
+            Action::Observe { ids: Some(ids) } => write!(f, "observe {} ids", ids.len()),
             Action::EnsureRunning { spec } => write!(f, "ensure_running {}", spec.id),
             Action::EnsureStopped { id, reason, .. } => {
                 write!(f, "ensure_stopped {id} ({})", reason.name())

@@ -147,7 +147,7 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                         let runtime = Arc::clone(&self.runtime);
                         let probe = match &action {
                             Action::Probe { kind, .. } => Some(kind.name()),
-                            Action::Observe => {
+                            Action::Observe { .. } => {
                                 pass_began.get_or_insert_with(Instant::now);
                                 None
                             }

@@ -149,10 +149,10 @@ impl AgentLoop {
                 }
             }
         }
-        // The sweep over every placement waits: at most once each `SWEEP_EVERY`, not once
-        // per event (with a hundred placements a node, a burst of events swept a hundred
-        // times). The pass and the report are asked for at once.
-        self.placements_unswept = true;
+        // The sweep over every placement waits (see `SWEEP_EVERY`), not once per event (with a
+        // hundred placements a node, a burst of events swept a hundred times). The pass and
+        // the report are asked for at once.
+        self.unswept_events = self.unswept_events.saturating_add(1);
         self.placements_noted();
     }
 
@@ -333,11 +333,13 @@ impl AgentLoop {
         }
     }
 
-    /// The result of [`Action::Observe`]: every instance the runtime knows of. An observation to
-    /// decide a pass plans it; one to report (after actions, or every second while a start is in
+    /// The result of [`Action::Observe`]: every instance the runtime knows of, or those of the
+    /// ids the action named (what the runtime does not show of them is gone; every other
+    /// instance is held as it was). An observation to decide a pass plans it, for the instances
+    /// it covered (the others wait for the next); one to report (after actions, or every second while a start is in
     /// flight, for a pull's progress) only updates what the next report says.
     pub fn observed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
-        let Some(seen) = self.work.observed() else {
+        let Some((seen, covers)) = self.work.observed(result.is_err()) else {
             return;
         };
         match result {
@@ -354,12 +356,18 @@ impl AgentLoop {
                     &self.work,
                 );
                 let acted_on = |id: &str| work.changed_since(id, seen);
-                merge_samples(&mut self.observed, samples, acted_on, |id| {
-                    report.mark(id);
-                    pass.mark(owner(id, desired).unwrap_or(id));
-                });
+                merge_samples(
+                    &mut self.observed,
+                    samples,
+                    covers.as_ref(),
+                    acted_on,
+                    |id| {
+                        report.mark(id);
+                        pass.mark(owner(id, desired).unwrap_or(id));
+                    },
+                );
                 if seen.purpose == Observe::Decide {
-                    self.plan_pass(seen);
+                    self.plan_pass(seen, covers.as_ref());
                 }
                 self.report_wanted = true;
             }
@@ -510,12 +518,53 @@ fn output_tail(text: &str) -> String {
 /// Most bytes of an init step's output an observation carries.
 const OUTPUT_LIMIT: usize = 1024;
 
-/// Makes `observed` hold exactly `samples`, by id, changing it in place, but for the ids
-/// `acted_on` names, whose held sample stays (the agent acted on them after the samples were
-/// taken); and calls `mark` with every id whose sample changed, came or went. An observation of a node's every instance is
-/// taken many times a minute, and most ids are the same each time, so their keys are kept
-/// rather than built again.
+/// Makes `observed` hold exactly `samples` for the ids `covers` names (every id when `None`),
+/// changing it in place, but for the ids `acted_on` names, whose held sample stays (the agent
+/// acted on them after the samples were taken); and calls `mark` with every id whose sample
+/// changed, came or went. Costs what `covers` names, or every instance when `None`.
 fn merge_samples(
+    observed: &mut BTreeMap<String, Sample>,
+    samples: Vec<Sample>,
+    covers: Option<&BTreeSet<String>>,
+    acted_on: impl Fn(&str) -> bool,
+    mut mark: impl FnMut(&str),
+) {
+    let Some(covers) = covers else {
+        return merge_every(observed, samples, acted_on, mark);
+    };
+    // Should a runtime list an id twice, the last listed wins; ids not covered are ignored.
+    let mut incoming: BTreeMap<String, Sample> = samples
+        .into_iter()
+        .filter(|s| covers.contains(&s.instance.id))
+        .map(|s| (s.instance.id.clone(), s))
+        .collect();
+    for id in covers {
+        let sample = incoming.remove(id);
+        match (observed.get_mut(id), sample) {
+            (Some(_), _) if acted_on(id) => {}
+            (Some(held), Some(sample)) => {
+                if *held != sample {
+                    mark(id);
+                    *held = sample;
+                }
+            }
+            (Some(_), None) => {
+                observed.remove(id);
+                mark(id);
+            }
+            (None, Some(sample)) => {
+                mark(id);
+                observed.insert(id.clone(), sample);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+/// [`merge_samples`] of every id. An observation of a node's every instance is taken many
+/// times a minute, and most ids are the same each time, so their keys are kept rather than
+/// built again.
+fn merge_every(
     observed: &mut BTreeMap<String, Sample>,
     mut samples: Vec<Sample>,
     acted_on: impl Fn(&str) -> bool,
@@ -587,9 +636,48 @@ mod tests {
                     .cloned()
                     .map(|s| (s.instance.id.clone(), s))
                     .collect();
-                merge_samples(&mut observed, samples, |_| false, |_| {});
+                merge_samples(&mut observed, samples, None, |_| false, |_| {});
                 prop_assert_eq!(&observed, &fresh);
             }
+        }
+
+        /// Merging the samples of some ids equals merging every id's, where the ids not
+        /// covered are held as they were; ids acted on stay in both; both mark the same ids.
+        #[test]
+        fn merging_some_equals_merging_every_where_covered(
+            held in prop::collection::vec((0u8..12, 0u32..3), 0..12),
+            list in prop::collection::vec((0u8..12, 0u32..3), 0..16),
+            covered in prop::collection::btree_set(0u8..12, 0..12),
+            acted in prop::collection::btree_set(0u8..12, 0..3),
+        ) {
+            let held: BTreeMap<String, Sample> = held
+                .iter()
+                .map(|&(id, r)| (sample(id, r).instance.id.clone(), sample(id, r)))
+                .collect();
+            let covers: BTreeSet<String> = covered.iter().map(|&id| sample(id, 0).instance.id).collect();
+            let acted: BTreeSet<String> = acted.iter().map(|&id| sample(id, 0).instance.id).collect();
+            let samples: Vec<Sample> = list.iter().map(|&(id, r)| sample(id, r)).collect();
+            // Every id's observation: what the runtime shows of the covered ids, what was
+            // held of the others.
+            let mut every_samples: Vec<Sample> = samples
+                .iter()
+                .filter(|s| covers.contains(&s.instance.id))
+                .cloned()
+                .collect();
+            every_samples.extend(
+                held.values().filter(|s| !covers.contains(&s.instance.id)).cloned(),
+            );
+            let (mut some, mut every) = (held.clone(), held);
+            let (mut marked_some, mut marked_every) = (BTreeSet::new(), BTreeSet::new());
+            let acted_on = |id: &str| acted.contains(id);
+            merge_samples(&mut some, samples, Some(&covers), acted_on, |id| {
+                marked_some.insert(id.to_owned());
+            });
+            merge_samples(&mut every, every_samples, None, acted_on, |id| {
+                marked_every.insert(id.to_owned());
+            });
+            prop_assert_eq!(&some, &every);
+            prop_assert_eq!(marked_some, marked_every);
         }
     }
 }

@@ -29,7 +29,8 @@ pub(super) const ACTION_BATCH: Duration = Duration::from_millis(100);
 /// How often at most the sweep over every placement follows watch events. What it forgets
 /// (specs, secrets, tracks of ids no longer placed) only costs memory while it stays; on a
 /// node of a hundred placements whose events come one commit at a time, a sweep per batch of
-/// events cost more than the events.
+/// events cost more than the events. It also waits for events numbering half the node's
+/// placements (so its cost spreads over them: O(1) an event), or for the next list.
 pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Counters of what an agent loop has done, for tests, metrics and the simulation's summary.
@@ -145,7 +146,10 @@ impl RuntimeOp {
 /// Every [`AgentConfig::resync_interval`] the loop lists its placements again, the safety net
 /// against a watch that lost an event without breaking.
 ///
-/// One pass: observe the runtime; compare with the placements; queue the starts, stops, removals
+/// One pass: observe the runtime (the instances the pass decides for and those whose actions
+/// finished since an observation covered them, through
+/// [`Runtime::observe_some`](ccattler_core::Runtime::observe_some); every instance on the first
+/// pass, the periodic one and after a list); compare with the placements; queue the starts, stops, removals
 /// and probes that are due, each on its instance's lane (an instance whose lane is still busy
 /// waits for a later pass); as actions finish, observe again, report what changed and pass
 /// again over the instances that acted: at once when no other action is queued or in flight,
@@ -228,9 +232,10 @@ pub struct AgentLoop {
     pub(super) report_scope: Scope,
     /// The instances the next pass decides for (see [`Scope`]).
     pub(super) pass_scope: Scope,
-    /// Placement events arrived since the last sweep ([`Self::sweep_placements`]), which the
-    /// first action from `sweep_at` on makes.
-    pub(super) placements_unswept: bool,
+    /// Placement events since the last sweep ([`Self::sweep_placements`]), which the first
+    /// action from `sweep_at` on makes once they number half the placements (see
+    /// [`SWEEP_EVERY`]).
+    pub(super) unswept_events: usize,
     /// When the next sweep after placement events may run (at most one each [`SWEEP_EVERY`]).
     pub(super) sweep_at: Duration,
     /// Whether an observation of the runtime has arrived since the loop began.
@@ -296,7 +301,7 @@ impl AgentLoop {
             pass_scope: Scope::default(),
             runtime_seen: false,
             pass_wanted: true,
-            placements_unswept: false,
+            unswept_events: 0,
             sweep_at: Duration::ZERO,
             next_pass: Duration::ZERO,
             spec_fetches: BTreeSet::new(),
@@ -392,8 +397,9 @@ impl AgentLoop {
 
     /// The next thing the driver must do, or `None` until a result, an event or the deadline.
     pub fn next_action(&mut self) -> Option<Action> {
-        if self.placements_unswept && self.now >= self.sweep_at {
-            self.placements_unswept = false;
+        let unswept = self.unswept_events;
+        if unswept > 0 && unswept >= self.desired.placements.len() / 2 && self.now >= self.sweep_at
+        {
             self.sweep_at = self.now.saturating_add(SWEEP_EVERY);
             self.sweep_placements();
         }
@@ -511,20 +517,48 @@ impl AgentLoop {
         }
         let (now, idle) = (self.now, self.work.is_idle());
         let due = |at: Option<Duration>| at.is_some_and(|at| now >= at || idle);
-        if (self.pass_wanted || due(self.repass)) && self.work.observe(Observe::Decide) {
+        if !self.work.can_observe() {
+            return None;
+        }
+        if self.pass_wanted || due(self.repass) {
             self.pass_wanted = false;
             self.repass = None;
             self.report_observe = None;
             self.next_pass = self.now.saturating_add(self.config.sync_interval);
-            return Some(Action::Observe);
+            let ids = self.covers(self.pass_scope.ids(), false);
+            self.work.observe(Observe::Decide, ids.clone());
+            return Some(Action::Observe { ids });
         }
         let progress = self.work.starting() && self.now >= self.progress_at;
-        if (due(self.report_observe) || progress) && self.work.observe(Observe::Report) {
+        if due(self.report_observe) || progress {
             self.report_observe = None;
             self.progress_at = self.now.saturating_add(PROGRESS_EVERY);
-            return Some(Action::Observe);
+            let ids = self.covers(Some(&BTreeSet::new()), progress);
+            if ids.as_ref().is_some_and(BTreeSet::is_empty) {
+                return None; // an observation in between covered what finished
+            }
+            self.work.observe(Observe::Report, ids.clone());
+            return Some(Action::Observe { ids });
         }
         None
+    }
+
+    /// The runtime ids an observation looks at: those of the instances `scope` names (`None`:
+    /// every instance), of the lanes that finished an action since an observation covered them,
+    /// and with `starting`, of the lanes a start is in flight on; each instance's with those of
+    /// its init steps. Every instance until the runtime was observed once.
+    fn covers(&self, scope: Option<&BTreeSet<String>>, starting: bool) -> Option<BTreeSet<String>> {
+        let scope = scope.filter(|_| self.runtime_seen)?;
+        let starts = self.work.starting_lanes().filter(|_| starting);
+        let lanes = scope.iter().chain(self.work.unobserved()).chain(starts);
+        let mut ids = BTreeSet::new();
+        for lane in lanes {
+            if let Some(spec) = self.desired.spec_of(lane) {
+                ids.extend((0..spec.init.len()).map(|step| super::spec::init_id(lane, step)));
+            }
+            ids.insert(lane.clone());
+        }
+        Some(ids)
     }
 
     /// Clears the store lane and hands back the op in flight, if it is the one `matches`
@@ -572,8 +606,10 @@ impl AgentLoop {
 
     /// Forgets the specs, secrets, tracks and creation revisions no placement needs any more.
     /// O(placements on the node): made after each list, and after watch events at most once
-    /// each [`SWEEP_EVERY`] (see `event`, which forgets at once what correctness needs).
+    /// each [`SWEEP_EVERY`], once they number half the placements (see `event`, which forgets
+    /// at once what correctness needs).
     pub(super) fn sweep_placements(&mut self) {
+        self.unswept_events = 0;
         self.desired.forget_unused();
         let named = self.desired.named_secrets();
         self.missing_secrets.retain(|name| named.contains(name));

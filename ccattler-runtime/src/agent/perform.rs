@@ -4,6 +4,7 @@
 //! so the simulation runs the same store and runtime calls as a real agent; they differ only in
 //! when a result is delivered.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ccattler_core::schema::{self, ProbeCheck};
@@ -233,7 +234,7 @@ async fn register<S: FactStore>(
 /// ([`probe::check`]). Returns `None` for any other action.
 pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<Outcome> {
     Some(match action {
-        Action::Observe => Outcome::Observed(observe(runtime).await),
+        Action::Observe { ids } => Outcome::Observed(observe(runtime, ids.as_ref()).await),
         Action::EnsureRunning { spec } => {
             let result = runtime.ensure_running(&spec).await;
             Outcome::Done {
@@ -277,10 +278,18 @@ pub async fn runtime_action<R: Runtime>(runtime: &R, action: Action) -> Option<O
     })
 }
 
-/// Every instance the runtime knows of, with the stats of those that run.
-pub async fn observe<R: Runtime>(runtime: &R) -> Result<Vec<Sample>, RuntimeError> {
-    let mut samples = Vec::new();
-    for instance in runtime.observe().await? {
+/// Every instance the runtime knows of (`ids: None`) or those of `ids`, with the stats of those
+/// that run.
+pub async fn observe<R: Runtime>(
+    runtime: &R,
+    ids: Option<&BTreeSet<String>>,
+) -> Result<Vec<Sample>, RuntimeError> {
+    let seen = match ids {
+        None => runtime.observe().await?,
+        Some(ids) => runtime.observe_some(ids).await?,
+    };
+    let mut samples = Vec::with_capacity(seen.len());
+    for instance in seen {
         let stats = if instance.state == ccattler_core::InstanceState::Running {
             runtime.stats(&instance.id).await.ok()
         } else {

@@ -2,6 +2,7 @@
 //! starts, stops, removals and probes to perform. Pure: the results come back through
 //! [`AgentLoop::done`] and [`AgentLoop::probed`].
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -165,11 +166,15 @@ impl AgentLoop {
     /// instance's lane. An instance whose lane is busy is left to a later pass, and so is one
     /// whose lane acted after the observation was sent (it may not show what that did): then
     /// another pass follows at once.
-    pub(super) fn plan_pass(&mut self, observation: Observing) {
+    pub(super) fn plan_pass(&mut self, observation: Observing, covers: Option<&BTreeSet<String>>) {
         let now = self.now;
         let grace = self.config.stop_grace;
         let delays = self.config.retry_delays.clone();
-        let scope = self.pass_scope.take();
+        // What the observation did not cover waits for the next one, which will.
+        let scope = self.pass_scope.take_covered(covers);
+        if !self.pass_scope.is_empty() {
+            self.pass_wanted = true;
+        }
         for (_, assignment) in scope.entries(&self.desired.placements) {
             self.stats.decided += 1;
             let id = assignment.instance.as_str();

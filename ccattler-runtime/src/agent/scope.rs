@@ -69,4 +69,26 @@ impl Scope {
     pub(super) fn take(&mut self) -> Scope {
         std::mem::replace(self, Scope::none())
     }
+
+    /// Takes the marked ids `covers` holds (every one when `covers` is `None`), leaving the
+    /// others marked. A scope of every instance is taken only whole: with `covers`, nothing
+    /// is taken.
+    pub(super) fn take_covered(&mut self, covers: Option<&BTreeSet<String>>) -> Scope {
+        let Some(covers) = covers else {
+            return self.take();
+        };
+        if self.all {
+            return Scope::none();
+        }
+        let (ids, rest) = std::mem::take(&mut self.ids)
+            .into_iter()
+            .partition(|id| covers.contains(id));
+        self.ids = rest;
+        Scope { all: false, ids }
+    }
+
+    /// Whether no instance is marked.
+    pub(super) fn is_empty(&self) -> bool {
+        !self.all && self.ids.is_empty()
+    }
 }

@@ -67,7 +67,7 @@ pub(super) async fn traced_runtime_action<R: Runtime>(
     action: Action,
     span: Span,
 ) -> Option<Outcome> {
-    let routine = matches!(action, Action::Observe | Action::Probe { .. });
+    let routine = matches!(action, Action::Observe { .. } | Action::Probe { .. });
     async move {
         let outcome = perform::runtime_action(runtime, action).await;
         match outcome.as_ref().and_then(Outcome::error) {

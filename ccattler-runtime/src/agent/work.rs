@@ -10,8 +10,12 @@
 //! An observation taken while a lane was acting can predate that action's effect; the
 //! completion counter ([`Work::finished`]) lets a pass tell which lanes it must not judge on
 //! such an observation.
+//!
+//! An observation need not look at every instance: the work remembers the lanes that finished
+//! an action since an observation covering them was sent ([`Work::unobserved`]), which the next
+//! one must cover.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::action::Action;
 use super::machine::RuntimeOp;
@@ -47,6 +51,11 @@ pub(super) struct Work {
     /// The lanes acting now, with the action in flight.
     running: BTreeMap<String, RuntimeOp>,
     observing: Option<Observing>,
+    /// The runtime ids the observation in flight covers (`None`: every instance), and the
+    /// lanes it took out of `unobserved` (given back should it fail).
+    covering: (Option<BTreeSet<String>>, BTreeSet<String>),
+    /// Lanes that finished an action since an observation that covers them was sent.
+    unobserved: BTreeSet<String>,
     /// Actions finished so far.
     finished: u64,
     /// For each lane, the value of `finished` its last action finished at.
@@ -61,6 +70,8 @@ impl Work {
             waiting: BTreeMap::new(),
             running: BTreeMap::new(),
             observing: None,
+            covering: (None, BTreeSet::new()),
+            unobserved: BTreeSet::new(),
             finished: 0,
             done_at: BTreeMap::new(),
         }
@@ -133,12 +144,32 @@ impl Work {
             .map(|(lane, _)| lane.clone())?;
         let op = self.running.remove(&lane)?;
         self.finished += 1;
-        self.done_at.insert(lane, self.finished);
+        self.done_at.insert(lane.clone(), self.finished);
+        self.unobserved.insert(lane);
         Some(op)
     }
 
-    /// Starts an observation for `purpose`; `false` if one is in flight already.
-    pub(super) fn observe(&mut self, purpose: Observe) -> bool {
+    /// The lanes that finished an action since an observation covering them was sent.
+    pub(super) fn unobserved(&self) -> &BTreeSet<String> {
+        &self.unobserved
+    }
+
+    /// The lanes a start (of an instance or an init step) is in flight on.
+    pub(super) fn starting_lanes(&self) -> impl Iterator<Item = &String> {
+        let starts = self.running.iter();
+        starts
+            .filter(|(_, op)| matches!(op, RuntimeOp::Start(_) | RuntimeOp::StartInit(..)))
+            .map(|(lane, _)| lane)
+    }
+
+    /// Whether an observation may start (none is in flight).
+    pub(super) fn can_observe(&self) -> bool {
+        self.observing.is_none()
+    }
+
+    /// Starts an observation for `purpose` of the runtime ids `covers` (`None`: every
+    /// instance); `false` if one is in flight already. The lanes it covers are observed.
+    pub(super) fn observe(&mut self, purpose: Observe, covers: Option<BTreeSet<String>>) -> bool {
         if self.observing.is_some() {
             return false;
         }
@@ -146,6 +177,15 @@ impl Work {
             purpose,
             after: self.finished,
         });
+        let taken = match &covers {
+            None => std::mem::take(&mut self.unobserved),
+            Some(ids) => {
+                let taken = self.unobserved.intersection(ids).cloned().collect();
+                self.unobserved.retain(|lane| !ids.contains(lane));
+                taken
+            }
+        };
+        self.covering = (covers, taken);
         true
     }
 
@@ -154,9 +194,18 @@ impl Work {
         self.observing
     }
 
-    /// The observation in flight is over.
-    pub(super) fn observed(&mut self) -> Option<Observing> {
-        self.observing.take()
+    /// The observation in flight is over: why it was made, and the runtime ids it covers
+    /// (`None`: every instance). One that `failed` leaves the lanes it covered to the next.
+    pub(super) fn observed(
+        &mut self,
+        failed: bool,
+    ) -> Option<(Observing, Option<BTreeSet<String>>)> {
+        let seen = self.observing.take()?;
+        let (covers, taken) = std::mem::take(&mut self.covering);
+        if failed {
+            self.unobserved.extend(taken);
+        }
+        Some((seen, covers))
     }
 
     /// Whether `lane` finished an action after the observation `seen` was sent: that
@@ -214,16 +263,48 @@ mod tests {
         let mut work = Work::new(4);
         work.push("a", stop("a"));
         let _ = work.next();
-        assert!(work.observe(Observe::Decide));
-        assert!(!work.observe(Observe::Report), "one observation at a time");
+        assert!(work.observe(Observe::Decide, None));
+        assert!(
+            !work.observe(Observe::Report, None),
+            "one observation at a time"
+        );
         let seen = work.observing().expect("in flight");
         work.finish("a");
         assert!(work.changed_since("a", seen));
         assert!(!work.changed_since("b", seen));
-        work.observed();
+        work.observed(false);
         work.forget_marks();
-        assert!(work.observe(Observe::Decide));
+        assert!(work.observe(Observe::Decide, None));
         let later = work.observing().expect("in flight");
         assert!(!work.changed_since("a", later));
+    }
+
+    #[test]
+    fn what_finished_waits_for_an_observation_that_covers_it() {
+        let mut work = Work::new(4);
+        for lane in ["a", "b"] {
+            work.push(lane, stop(lane));
+            let _ = work.next();
+            work.finish(lane);
+        }
+        let only_a = BTreeSet::from(["a".to_owned()]);
+        assert!(work.observe(Observe::Report, Some(only_a.clone())));
+        assert_eq!(work.unobserved(), &BTreeSet::from(["b".to_owned()]));
+        assert_eq!(
+            work.observed(true).and_then(|(_, c)| c),
+            Some(only_a.clone())
+        );
+        assert_eq!(
+            work.unobserved().len(),
+            2,
+            "a failed observation covered nothing"
+        );
+        assert!(work.observe(Observe::Report, Some(only_a)));
+        work.observed(false);
+        assert!(work.observe(Observe::Decide, None));
+        assert!(
+            work.unobserved().is_empty(),
+            "every instance covers every lane"
+        );
     }
 }

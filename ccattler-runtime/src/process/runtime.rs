@@ -1,6 +1,6 @@
 //! The [`Runtime`] implementation of [`ProcessRuntime`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::time::{Duration, Instant};
@@ -130,6 +130,17 @@ impl ProcessRuntime {
         entries.insert(spec.id.clone(), entry);
         Ok(())
     }
+
+    /// Instance `id` as it is now, its log kept under the cap while it runs.
+    fn observe_entry(&self, id: &str, entry: &mut Entry) -> ObservedInstance {
+        let layout = &self.inner.layout;
+        entry.refresh(layout);
+        if entry.running_pid().is_some() {
+            let cap = self.inner.config.log_cap;
+            let _ = disk::enforce_cap(&layout.log(id), &layout.old_log(id), cap);
+        }
+        entry.observed(&self.inner.config.host)
+    }
 }
 
 impl Runtime for ProcessRuntime {
@@ -202,16 +213,23 @@ impl Runtime for ProcessRuntime {
     }
 
     async fn observe(&self) -> Result<Vec<ObservedInstance>, RuntimeError> {
-        let layout = &self.inner.layout;
         let mut entries = self.inner.entries.lock();
-        let mut seen = Vec::with_capacity(entries.len());
-        for (id, entry) in entries.iter_mut() {
-            entry.refresh(layout);
-            if entry.running_pid().is_some() {
-                let cap = self.inner.config.log_cap;
-                let _ = disk::enforce_cap(&layout.log(id), &layout.old_log(id), cap);
+        let seen = entries
+            .iter_mut()
+            .map(|(id, entry)| self.observe_entry(id, entry));
+        Ok(seen.collect())
+    }
+
+    async fn observe_some(
+        &self,
+        ids: &BTreeSet<String>,
+    ) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        let mut entries = self.inner.entries.lock();
+        let mut seen = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(entry) = entries.get_mut(id) {
+                seen.push(self.observe_entry(id, entry));
             }
-            seen.push(entry.observed(&self.inner.config.host));
         }
         Ok(seen)
     }

@@ -39,6 +39,7 @@ mod faults;
 mod load;
 mod table;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -167,6 +168,13 @@ impl Runtime for SimulatorRuntime {
 
     async fn observe(&self) -> Result<Vec<ObservedInstance>, RuntimeError> {
         self.table.lock().observe()
+    }
+
+    async fn observe_some(
+        &self,
+        ids: &BTreeSet<String>,
+    ) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        self.table.lock().observe_some(ids)
     }
 
     async fn stats(&self, id: &str) -> Result<InstanceStats, RuntimeError> {

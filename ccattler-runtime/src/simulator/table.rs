@@ -213,6 +213,20 @@ impl Table {
         Ok(self.snapshot())
     }
 
+    /// What `observe` holds of `ids`: each looked up, not every instance walked.
+    pub(super) fn observe_some(
+        &self,
+        ids: &BTreeSet<String>,
+    ) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        self.reachable()?;
+        if let Some(frozen) = &self.frozen {
+            let seen = frozen.iter().filter(|seen| ids.contains(&seen.id));
+            return Ok(seen.cloned().collect());
+        }
+        let known = ids.iter().filter_map(|id| self.instances.get(id));
+        Ok(known.map(SimInstance::observed).collect())
+    }
+
     /// What `observe` would return now, stale or not.
     pub(super) fn snapshot(&self) -> Vec<ObservedInstance> {
         self.instances.values().map(SimInstance::observed).collect()

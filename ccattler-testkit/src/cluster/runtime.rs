@@ -23,7 +23,7 @@
 //! they run on whether or not an agent does (a workload finishes starting by itself), and
 //! dropping the wrapper aborts those still pending.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -139,6 +139,13 @@ impl Runtime for NodeRuntime {
 
     async fn observe(&self) -> Result<Vec<ObservedInstance>, RuntimeError> {
         self.sim.observe().await
+    }
+
+    async fn observe_some(
+        &self,
+        ids: &BTreeSet<String>,
+    ) -> Result<Vec<ObservedInstance>, RuntimeError> {
+        self.sim.observe_some(ids).await
     }
 
     async fn stats(&self, id: &str) -> Result<InstanceStats, RuntimeError> {

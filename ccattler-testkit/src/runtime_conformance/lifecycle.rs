@@ -1,5 +1,7 @@
 //! Checks of the life of an instance: start, observe, exit, restart, remove, adoption.
 
+use std::collections::BTreeSet;
+
 use ccattler_core::{InstanceState, Runtime};
 
 use super::RuntimeHarness;
@@ -26,7 +28,8 @@ pub async fn ensure_running_is_idempotent<H: RuntimeHarness>(h: &H) {
 }
 
 /// A started instance is observed running, with no address when it asks for no port, and a
-/// fresh runtime observes nothing.
+/// fresh runtime observes nothing. Observing some ids shows those of them the runtime knows,
+/// as observing every instance does.
 pub async fn observe_shows_running<H: RuntimeHarness>(h: &H) {
     const CHECK: &str = "observe_shows_running";
     let rt = h.fresh().await;
@@ -41,6 +44,13 @@ pub async fn observe_shows_running<H: RuntimeHarness>(h: &H) {
     wait_running(&rt, "obs-2", CHECK).await;
     assert_eq!(one.restarts, 0, "{CHECK}: {one:?}");
     assert!(one.address.is_none(), "{CHECK}: no port asked, got {one:?}");
+    let ids = BTreeSet::from(["obs-1".to_owned(), "obs-unknown".to_owned()]);
+    let some = ok(rt.observe_some(&ids).await, CHECK, "observe_some()");
+    assert_eq!(
+        some,
+        vec![one],
+        "{CHECK}: observe_some() of obs-1 and an unknown id"
+    );
     teardown(&rt, CHECK).await;
 }
 
