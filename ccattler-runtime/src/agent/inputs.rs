@@ -336,8 +336,9 @@ impl AgentLoop {
     /// The result of [`Action::Observe`]: every instance the runtime knows of, or those of the
     /// ids the action named (what the runtime does not show of them is gone; every other
     /// instance is held as it was). An observation to decide a pass plans it, for the instances
-    /// it covered (the others wait for the next); one to report (after actions, or every second while a start is in
-    /// flight, for a pull's progress) only updates what the next report says.
+    /// it covered (the others wait for the next); one to report (after actions, or every second
+    /// while a start is in flight, for a pull's progress) only updates what the next report
+    /// says.
     pub fn observed(&mut self, result: Result<Vec<Sample>, RuntimeError>) {
         let Some((seen, covers)) = self.work.observed(result.is_err()) else {
             return;

@@ -525,7 +525,10 @@ impl AgentLoop {
             self.repass = None;
             self.report_observe = None;
             self.next_pass = self.now.saturating_add(self.config.sync_interval);
-            let ids = self.covers(self.pass_scope.ids(), false);
+            let ids = self
+                .pass_scope
+                .ids()
+                .and_then(|scope| self.covers(scope.iter()));
             self.work.observe(Observe::Decide, ids.clone());
             return Some(Action::Observe { ids });
         }
@@ -533,7 +536,7 @@ impl AgentLoop {
         if due(self.report_observe) || progress {
             self.report_observe = None;
             self.progress_at = self.now.saturating_add(PROGRESS_EVERY);
-            let ids = self.covers(Some(&BTreeSet::new()), progress);
+            let ids = self.covers(self.work.starting_lanes().filter(|_| progress));
             if ids.as_ref().is_some_and(BTreeSet::is_empty) {
                 return None; // an observation in between covered what finished
             }
@@ -543,16 +546,15 @@ impl AgentLoop {
         None
     }
 
-    /// The runtime ids an observation looks at: those of the instances `scope` names (`None`:
-    /// every instance), of the lanes that finished an action since an observation covered them,
-    /// and with `starting`, of the lanes a start is in flight on; each instance's with those of
-    /// its init steps. Every instance until the runtime was observed once.
-    fn covers(&self, scope: Option<&BTreeSet<String>>, starting: bool) -> Option<BTreeSet<String>> {
-        let scope = scope.filter(|_| self.runtime_seen)?;
-        let starts = self.work.starting_lanes().filter(|_| starting);
-        let lanes = scope.iter().chain(self.work.unobserved()).chain(starts);
+    /// The runtime ids an observation looks at: those of `lanes` and of the lanes that finished
+    /// an action since an observation covered them, each instance's with those of its init
+    /// steps; `None` (every instance) until the runtime was observed once.
+    fn covers<'a>(&'a self, lanes: impl Iterator<Item = &'a String>) -> Option<BTreeSet<String>> {
+        if !self.runtime_seen {
+            return None;
+        }
         let mut ids = BTreeSet::new();
-        for lane in lanes {
+        for lane in lanes.chain(self.work.unobserved()) {
             if let Some(spec) = self.desired.spec_of(lane) {
                 ids.extend((0..spec.init.len()).map(|step| super::spec::init_id(lane, step)));
             }

@@ -92,3 +92,39 @@ impl Scope {
         !self.all && self.ids.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marked(ids: &[&str]) -> Scope {
+        let mut scope = Scope::none();
+        ids.iter().for_each(|id| scope.mark(id));
+        scope
+    }
+
+    fn set(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|id| id.to_string()).collect()
+    }
+
+    #[test]
+    fn what_an_observation_did_not_cover_stays_marked() {
+        let mut scope = marked(&["a", "b", "c"]);
+        let taken = scope.take_covered(Some(&set(&["a", "c", "z"])));
+        assert_eq!(taken.ids(), Some(&set(&["a", "c"])));
+        assert_eq!(scope.ids(), Some(&set(&["b"])));
+        assert!(!scope.is_empty());
+        let rest = scope.take_covered(None);
+        assert_eq!(rest.ids(), Some(&set(&["b"])));
+        assert!(scope.is_empty());
+
+        let mut every = Scope::default();
+        assert_eq!(
+            every.take_covered(Some(&set(&["a"]))).ids(),
+            Some(&set(&[]))
+        );
+        assert_eq!(every.ids(), None, "every instance is taken only whole");
+        assert_eq!(every.take_covered(None).ids(), None);
+        assert!(every.is_empty());
+    }
+}
