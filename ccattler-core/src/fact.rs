@@ -51,7 +51,11 @@ impl fmt::Display for LeaseId {
 }
 
 /// A key, its value and the revisions the store gave it (etcd's `KeyValue`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Two facts are equal when every field is. The revisions are compared first and a value is
+/// read only when both facts do not share it, so comparing a fact with a clone of itself (as
+/// the diff of two snapshots of a view does) reads neither its key nor its value.
+#[derive(Clone, Debug, Eq)]
 pub struct Fact {
     /// The key.
     pub key: Key,
@@ -66,6 +70,21 @@ pub struct Fact {
     pub version: u64,
     /// The lease the key is attached to, if any.
     pub lease: Option<LeaseId>,
+}
+
+impl PartialEq for Fact {
+    fn eq(&self, other: &Self) -> bool {
+        let same_value = || {
+            let (a, b) = (&self.value, &other.value);
+            (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+        };
+        self.mod_revision == other.mod_revision
+            && self.create_revision == other.create_revision
+            && self.version == other.version
+            && self.lease == other.lease
+            && self.key == other.key
+            && same_value()
+    }
 }
 
 impl Fact {

@@ -29,7 +29,7 @@ pub const MAX_KEY_LEN: usize = 4096;
 /// assert!(Key::new("/leading/slash").is_err());
 /// # Ok::<(), ccattler_core::KeyError>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Key(Arc<str>);
 
 /// Why a string is not a valid [`Key`] or key prefix.
@@ -156,6 +156,24 @@ impl fmt::Debug for Key {
     }
 }
 
+/// Keys order as their strings do. Two clones of one key compare equal without reading their
+/// bytes: a persistent map's nodes, copied on write, hold clones of the keys they shared, and
+/// comparing those would otherwise read each key's text from wherever it lies in memory.
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl AsRef<str> for Key {
     fn as_ref(&self) -> &str {
         &self.0
@@ -185,6 +203,22 @@ impl TryFrom<String> for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_order_as_their_text_whether_or_not_they_share_it() {
+        let key = |k: &str| Key::new(k).unwrap();
+        let a = key("placement/n1/web-1");
+        assert_eq!(a.cmp(&a.clone()), std::cmp::Ordering::Equal);
+        assert_eq!(a.cmp(&key("placement/n1/web-1")), std::cmp::Ordering::Equal);
+        assert!(a < key("placement/n1/web-2") && key("placement/n1") < a);
+        let fact = |key: Key, value: &'static str| {
+            crate::Fact::created(key, value.into(), crate::Revision(3))
+        };
+        // Facts are equal by content, shared or not.
+        assert_eq!(fact(a.clone(), "x"), fact(key("placement/n1/web-1"), "x"));
+        assert_ne!(fact(a.clone(), "x"), fact(a.clone(), "y"));
+        assert_ne!(fact(a.clone(), "x"), fact(key("placement/n1/web-2"), "x"));
+    }
 
     #[test]
     fn accepts_paths() {

@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 
 use imbl::OrdMap;
 
-use crate::{Change, Fact, Key, Revision, Scan};
+use crate::{Change, EventKind, Fact, Key, Revision, Scan, WatchEvent};
 
 /// An immutable, ordered snapshot of the facts under a controller's watched prefixes.
 ///
@@ -81,6 +81,35 @@ impl FactView {
     /// Removes a fact (a delete event).
     pub fn remove(&mut self, key: &str) -> Option<Fact> {
         self.facts.remove(key)
+    }
+
+    /// Applies a watch event, unless the view holds its key at the event's revision or later
+    /// (the echo of a change the view holds already, or an event older than the view) or it
+    /// deletes a key the view does not hold. Returns whether the view changed; when it did,
+    /// the view's revision is at least the event's.
+    ///
+    /// Cost: one O(log n) update of the map for an event that changes the view, two for one
+    /// that does not (the fact it displaced is put back). Most events change the view, so
+    /// this is cheaper than looking the key up first, which costs every event two.
+    pub fn apply_event(&mut self, event: WatchEvent) -> bool {
+        let revision = event.revision();
+        let displaced = match event.kind {
+            EventKind::Put => self.facts.insert(event.fact.key.clone(), event.fact),
+            EventKind::Delete => self.facts.remove(event.fact.key.as_str()),
+        };
+        match displaced {
+            Some(held) if held.mod_revision >= revision => {
+                self.facts.insert(held.key.clone(), held);
+                false
+            }
+            None if event.kind == EventKind::Delete => false,
+            _ => {
+                if revision > self.revision {
+                    self.revision = revision;
+                }
+                true
+            }
+        }
     }
 
     /// The keys that differ between `older` and this view, in key order, each with the fact it
@@ -238,6 +267,36 @@ mod tests {
             crate::Value::from_static(b"v"),
             Revision(rev),
         )
+    }
+
+    #[test]
+    fn an_event_applies_only_when_it_is_newer_than_what_the_view_holds() {
+        let put = |key: &str, rev: u64, value: &'static str| WatchEvent {
+            kind: EventKind::Put,
+            fact: Fact::created(Key::new(key).unwrap(), value.into(), Revision(rev)),
+            prev: None,
+        };
+        let delete = |key: &str, rev: u64| WatchEvent {
+            kind: EventKind::Delete,
+            ..put(key, rev, "")
+        };
+        let mut view = FactView::from_facts(Revision(5), [fact("a", 5)]);
+        let value = |view: &FactView| view.get("a").map(|f| (f.mod_revision.0, f.value.clone()));
+
+        // The echo of what the view holds, and an older put: the held fact stays.
+        assert!(!view.apply_event(put("a", 5, "echo")));
+        assert!(!view.apply_event(put("a", 3, "older")));
+        assert_eq!(value(&view), Some((5, "v".into())));
+        // A delete older than the held fact, and one of a key not held: nothing changes.
+        assert!(!view.apply_event(delete("a", 4)));
+        assert!(!view.apply_event(delete("b", 8)));
+        assert_eq!((view.len(), view.revision()), (1, Revision(5)));
+
+        assert!(view.apply_event(put("a", 7, "new")));
+        assert_eq!(value(&view), Some((7, "new".into())));
+        assert_eq!(view.revision(), Revision(7));
+        assert!(view.apply_event(delete("a", 9)));
+        assert_eq!((value(&view), view.revision()), (None, Revision(9)));
     }
 
     /// `view` synced to `scans`: how many keys changed, and each key with its mod revision

@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, VecDeque};
 use parking_lot::Mutex;
 
 use ccattler_core::schema;
-use ccattler_core::{FactView, Key};
+use ccattler_core::{Fact, FactView, Key};
 
 use super::cluster::Cluster;
 
@@ -36,7 +36,10 @@ const SHARED: [&str; 5] = [
     schema::NODE_LEASES,
 ];
 
-/// The most keys the log of patches keeps; a reader further behind compares every key.
+/// The most keys the log of patches keeps, or twice the shared facts when that is more: a
+/// reader further behind compares every key. Following the log costs the keys it holds, and
+/// comparing every key costs the facts, so a log as long as the facts is still worth following:
+/// at 100,000 instances an apply logs more than 2^18 keys while some readers are busy.
 const LOG_KEYS: usize = 1 << 18;
 
 fn is_shared(key: &str) -> bool {
@@ -82,6 +85,11 @@ struct State {
     logged_keys: usize,
 }
 
+/// A key a reader compares, with its fact in the reader's view where that is known already
+/// (from the view's own diff or scan; `Some(None)`: the view does not hold the key), or `None`
+/// to look it up in the view.
+type ToCompare<'v> = (Key, Option<Option<&'v Fact>>);
+
 /// The keys one patch changed, and the services it touched.
 #[derive(Debug)]
 struct Patch {
@@ -124,19 +132,22 @@ impl SharedCluster {
         }
         let follows = reader.filter(|r| r.epoch == state.epoch && r.seq >= state.log_start());
         let mut touched = BTreeSet::new();
+        // The reader's previous view outlives the keys its diff with `view` yields.
+        let previous: FactView;
         let (mut own, keys) = match follows {
             Some(reader) => {
                 let mut own = reader.own;
+                previous = reader.view;
                 let mut keys = Vec::new();
-                for (key, _, new) in view.changes_since(&reader.view) {
+                for (key, _, new) in view.changes_since(&previous) {
                     if is_shared(key.as_str()) {
-                        keys.push(key.clone());
+                        keys.push((key.clone(), Some(new)));
                     } else {
                         own.apply(key, new);
                     }
                 }
                 for patch in state.log.iter().filter(|p| p.seq > reader.seq) {
-                    keys.extend(patch.keys.iter().cloned());
+                    keys.extend(patch.keys.iter().map(|key| (key.clone(), None)));
                     touched.extend(patch.touched.iter().cloned());
                 }
                 (own, Some(keys))
@@ -166,6 +177,8 @@ impl SharedCluster {
             seq: state.seq,
             own,
         };
+        // Unlocked before the previous view drops: freeing what only it held takes a while.
+        drop(state);
         (cluster, touched, reader)
     }
 }
@@ -177,46 +190,50 @@ impl State {
         self.log.front().map_or(self.seq, |p| p.seq - 1)
     }
 
-    /// Every key of the shared prefixes held here or in `view`.
-    fn every_key(&self, view: &FactView) -> Vec<Key> {
-        SHARED
-            .iter()
-            .flat_map(|prefix| self.facts.scan(prefix).chain(view.scan(prefix)))
-            .map(|fact| fact.key.clone())
-            .collect()
+    /// Every key of the shared prefixes held here or in `view`, with its fact for those in `view`.
+    fn every_key<'v>(&self, view: &'v FactView) -> Vec<ToCompare<'v>> {
+        let listed = SHARED.iter().flat_map(|prefix| view.scan(prefix));
+        let listed = listed.map(|fact| (fact.key.clone(), Some(Some(fact))));
+        let held = self.facts.iter().map(|fact| (fact.key.clone(), None));
+        listed.chain(held).collect()
     }
 
     /// Makes the facts (and the cluster) of `keys` those of `view`, logs the keys that differed
     /// as one patch, and returns the services it touched.
-    fn patch(&mut self, view: &FactView, mut keys: Vec<Key>) -> BTreeSet<String> {
-        keys.sort_unstable();
-        keys.dedup();
-        keys.retain(|key| {
-            let new = view.get(key.as_str());
+    fn patch(&mut self, view: &FactView, mut keys: Vec<ToCompare<'_>>) -> BTreeSet<String> {
+        // Key order, and of each key's entries the one that knows its fact first: that one is
+        // kept, and the view is looked up only for the keys no entry knew.
+        keys.sort_unstable_by(|(a, a_known), (b, b_known)| {
+            a.cmp(b).then(b_known.is_some().cmp(&a_known.is_some()))
+        });
+        keys.dedup_by(|later, kept| later.0 == kept.0);
+        let mut changed = Vec::new();
+        for (key, known) in keys {
+            let new = known.unwrap_or_else(|| view.get(key.as_str()));
             if self.facts.get(key.as_str()) == new {
-                return false;
+                continue;
             }
-            self.cluster.apply(key, new);
+            self.cluster.apply(&key, new);
             match new {
                 Some(fact) => self.facts.insert(fact.clone()),
                 None => {
                     self.facts.remove(key.as_str());
                 }
             }
-            true
-        });
+            changed.push(key);
+        }
         let touched = self.cluster.take_touched();
-        if keys.is_empty() {
+        if changed.is_empty() {
             return touched;
         }
         self.seq += 1;
-        self.logged_keys += keys.len();
+        self.logged_keys += changed.len();
         self.log.push_back(Patch {
             seq: self.seq,
-            keys,
+            keys: changed,
             touched: touched.clone(),
         });
-        while self.logged_keys > LOG_KEYS {
+        while self.logged_keys > LOG_KEYS.max(2 * self.facts.len()) {
             let Some(dropped) = self.log.pop_front() else {
                 break;
             };

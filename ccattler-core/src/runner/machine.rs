@@ -487,22 +487,8 @@ impl ControllerLoop {
         ) {
             return; // the list about to happen, or just made, supersedes it
         }
-        let revision = event.revision();
-        let held = self.view.get(event.key().as_str()).map(|f| f.mod_revision);
-        if held.is_some_and(|held| held >= revision) {
-            return; // our own commit's echo, or older than what we hold
-        }
-        if held.is_none() && event.kind == crate::EventKind::Delete {
-            return; // a key the view does not hold: our own delete's echo, or a no-op
-        }
-        match event.kind {
-            crate::EventKind::Put => self.view.insert(event.fact),
-            crate::EventKind::Delete => {
-                self.view.remove(event.fact.key.as_str());
-            }
-        }
-        if revision > self.view.revision() {
-            self.view.set_revision(revision);
+        if !self.view.apply_event(event) {
+            return; // our own commit's echo, older than what we hold, or a no-op delete
         }
         self.stats.events += 1;
         self.dirty = true;

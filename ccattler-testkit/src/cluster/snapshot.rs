@@ -12,9 +12,7 @@ use ccattler_core::schema::{
     self, DesiredState, Endpoints, InitStatus, InstanceObservation, NodeRules, NodeStatus,
     RecordKey, Rollout, RolloutPhase, ServiceSpec, ServiceStatus,
 };
-use ccattler_core::{
-    EventKind, Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent,
-};
+use ccattler_core::{Fact, FactStore, FactView, Key, KeyError, Revision, StoreError, WatchEvent};
 use ccattler_store::MemoryStore;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::watch;
@@ -415,15 +413,7 @@ impl Snapshot {
 
     /// Applies one watch event.
     fn apply(&mut self, event: &WatchEvent) {
-        match event.kind {
-            EventKind::Put => self.view.insert(event.fact.clone()),
-            EventKind::Delete => {
-                self.view.remove(event.fact.key.as_str());
-            }
-        }
-        if event.revision() > self.view.revision() {
-            self.view.set_revision(event.revision());
-        }
+        self.view.apply_event(event.clone());
         self.cluster = OnceLock::new();
     }
 }
