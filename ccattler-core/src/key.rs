@@ -214,8 +214,13 @@ mod tests {
         let fact = |key: Key, value: &'static str| {
             crate::Fact::created(key, value.into(), crate::Revision(3))
         };
-        // Facts are equal by content, shared or not.
+        // Facts are equal by content, shared or not: their keys, and their values.
         assert_eq!(fact(a.clone(), "x"), fact(key("placement/n1/web-1"), "x"));
+        let copied = crate::Value::copy_from_slice(b"x");
+        let own_value = crate::Fact::created(a.clone(), copied, crate::Revision(3));
+        assert_eq!(fact(a.clone(), "x"), own_value);
+        let later = crate::Fact::created(a.clone(), "x".into(), crate::Revision(4));
+        assert_ne!(fact(a.clone(), "x"), later);
         assert_ne!(fact(a.clone(), "x"), fact(a.clone(), "y"));
         assert_ne!(fact(a.clone(), "x"), fact(key("placement/n1/web-2"), "x"));
     }

@@ -151,9 +151,9 @@ impl RuntimeOp {
 /// [`Runtime::observe_some`](ccattler_core::Runtime::observe_some); every instance on the first
 /// pass, the periodic one and after a list); compare with the placements; queue the starts,
 /// stops, removals and probes that are due, each on its instance's lane (an instance whose lane
-/// is still busy waits for a later pass); as actions finish, observe again, report what changed and pass
-/// again over the instances that acted: at once when no other action is queued or in flight,
-/// else within 100 ms of the first unreported one, so that a burst of actions costs one
+/// is still busy waits for a later pass); as actions finish, observe again, report what changed
+/// and pass again over the instances that acted: at once when no other action is queued or in
+/// flight, else within 100 ms of the first unreported one, so that a burst of actions costs one
 /// observation, one report and one pass, not one each. A pass runs every
 /// [`AgentConfig::sync_interval`], and at once after a placement, spec or secret changes; the
 /// specs that new placements need are fetched in one action. While a start is in flight, the

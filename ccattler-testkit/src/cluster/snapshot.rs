@@ -412,9 +412,10 @@ impl Snapshot {
     }
 
     /// Applies one watch event.
-    fn apply(&mut self, event: &WatchEvent) {
-        self.view.apply_event(event.clone());
-        self.cluster = OnceLock::new();
+    fn apply(&mut self, event: WatchEvent) {
+        if self.view.apply_event(event) {
+            self.cluster = OnceLock::new();
+        }
     }
 }
 
@@ -481,12 +482,13 @@ impl Follower {
             None => unwrap_event(self.watch.next().await),
         };
         loop {
-            self.snapshot.apply(&event);
+            let revision = event.revision();
+            self.snapshot.apply(event);
             let Some(item) = self.watch.next().now_or_never() else {
                 return;
             };
             let next = unwrap_event(item);
-            if per_revision && next.revision() != event.revision() {
+            if per_revision && next.revision() != revision {
                 self.pending = Some(next);
                 return;
             }
