@@ -12,6 +12,7 @@
 //! | `ccattler_reconciles_total` | counter | `controller` | the runner (`runner::TokioRunner`) | reconciles run, failed or not |
 //! | `ccattler_reconcile_duration_seconds` | histogram | `controller` | the runner | time one reconcile took |
 //! | `ccattler_changes_committed_total` | counter | `controller` | the runner | changes in commits that landed (the commit marker not counted) |
+//! | `ccattler_lists_total` | counter | `controller` | the runner | full lists of the controller's prefixes: the first, each periodic resync, and relists after a failure, a compaction or repeated conflicts |
 //! | `ccattler_commit_conflicts_total` | counter | `controller` | the runner | commits refused because a guarded key moved (then retried) |
 //! | `ccattler_controller_failures_total` | counter | `controller` | the runner | failures that restart the loop: errors, panics, rejected plans, store errors |
 //! | `ccattler_queue_depth` | gauge | `controller` | the runner | watch events that arrived since the last reconcile began, set as each begins |
@@ -28,6 +29,7 @@
 //! | `ccattler_agent_connected` | gauge | none | the node agent | 1 while registered and watching its placements, 0 while the store is unreachable |
 //! | `ccattler_agent_probes_total` | counter | `probe`, `result` | the node agent | probe checks by kind (`startup`, `liveness`, `readiness`) and `result` (`pass`, `fail`) |
 //! | `ccattler_agent_pass_duration_seconds` | histogram | none | the node agent | one pass: from its observation of the runtime until the runtime is idle again (its starts, stops and probes done, the observation to report made) |
+//! | `ccattler_agent_lists_total` | counter | none | the node agent | full lists of the node's placements: after registering, and each periodic resync |
 //! | `ccattler_agent_store_errors_total` | counter | `operation` | the node agent | store calls that failed: `register`, `list`, `watch`, `fetch_specs`, `fetch_secrets`, `renew_lease`, `report` |
 //!
 //! # Why the scheduler's gauges are computed at scrape time

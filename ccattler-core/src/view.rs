@@ -237,9 +237,10 @@ impl FactView {
 }
 
 /// The facts of `scans` in key order, each key once (at its latest mod revision where scans
-/// of overlapping prefixes both list it). Scans of disjoint prefixes are put in order by their
-/// first keys and not sorted further.
-fn in_key_order(scans: Vec<Scan>) -> Vec<Fact> {
+/// of overlapping prefixes both list it). Scans of disjoint prefixes, the usual case, are put
+/// in order by their first keys and walked as they are: nothing is copied, since a resync of a
+/// large view would otherwise build (and fault in) a second array of every fact listed.
+fn in_key_order(scans: Vec<Scan>) -> Box<dyn Iterator<Item = Fact>> {
     let mut scans: Vec<Vec<Fact>> = scans
         .into_iter()
         .map(|s| s.facts)
@@ -249,12 +250,13 @@ fn in_key_order(scans: Vec<Scan>) -> Vec<Fact> {
     let disjoint = scans
         .windows(2)
         .all(|pair| pair[0].last().map(|f| &f.key) < Some(&pair[1][0].key));
-    let mut facts: Vec<Fact> = scans.into_iter().flatten().collect();
-    if !disjoint {
-        facts.sort_by(|a, b| a.key.cmp(&b.key).then(b.mod_revision.cmp(&a.mod_revision)));
-        facts.dedup_by(|later, kept| later.key == kept.key);
+    if disjoint {
+        return Box::new(scans.into_iter().flatten());
     }
-    facts
+    let mut facts: Vec<Fact> = scans.into_iter().flatten().collect();
+    facts.sort_by(|a, b| a.key.cmp(&b.key).then(b.mod_revision.cmp(&a.mod_revision)));
+    facts.dedup_by(|later, kept| later.key == kept.key);
+    Box::new(facts.into_iter())
 }
 
 #[cfg(test)]

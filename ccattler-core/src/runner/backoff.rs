@@ -6,7 +6,9 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct LoopConfig {
-    /// How often the loop lists everything again as a safety net against missed events.
+    /// How often the loop lists everything again as a safety net against missed events: the
+    /// longest wait between two lists. Each wait is shortened by a random fraction of up to a
+    /// tenth ([`Backoff::resync_delay`]), so loops started together do not list together.
     /// Default 30 s.
     pub resync_interval: Duration,
     /// Delays before restarting a failed or panicking controller, one per consecutive failure; the
@@ -102,6 +104,25 @@ impl Backoff {
             .unwrap_or_default()
     }
 
+    /// The wait before the next periodic list: `interval` shortened by up to a tenth,
+    /// `interval * (1 - unit / 10)`, where `unit` is a number in [0, 1) the caller draws
+    /// (clamped into that range). Loops that started together (the controllers of one process,
+    /// the agents of a fleet) thus spread their lists instead of all listing at one moment, a
+    /// herd the store would feel; no wait is ever longer than `interval`, so a missed event is
+    /// still found within it. The runner's loops and the node agent share this one rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ccattler_core::runner::Backoff;
+    ///
+    /// let every = Duration::from_secs(30);
+    /// assert_eq!(Backoff::resync_delay(every, 0.0), every);
+    /// assert_eq!(Backoff::resync_delay(every, 0.5), Duration::from_millis(28_500));
+    /// ```
+    pub fn resync_delay(interval: Duration, unit: f64) -> Duration {
+        interval.mul_f64(1.0 - clamped_unit(unit) / 10.0)
+    }
+
     /// Jittered delay after the `conflicts`-th consecutive conflict (1-based): exponential from
     /// `conflict_base`, capped at `conflict_cap`, then scaled by a factor in [0.5, 1.0) so that
     /// racing writers spread out: `0.5 + unit / 2`, where `unit` is a random number in [0, 1)
@@ -112,12 +133,16 @@ impl Backoff {
             .conflict_base
             .saturating_mul(1u32 << doublings)
             .min(config.conflict_cap);
-        let unit = if unit.is_finite() {
-            unit.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        full.mul_f64(0.5 + unit / 2.0)
+        full.mul_f64(0.5 + clamped_unit(unit) / 2.0)
+    }
+}
+
+/// `unit` clamped into [0, 1]; 0 for a number that is not finite.
+fn clamped_unit(unit: f64) -> f64 {
+    if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.0
     }
 }
 
@@ -132,6 +157,20 @@ mod tests {
             .map(|n| Backoff::restart_delay(&config, n).as_millis())
             .collect();
         assert_eq!(delays, [100, 500, 1000, 2000, 5000, 30000, 30000, 30000]);
+    }
+
+    #[test]
+    fn resync_delays_are_never_longer_than_the_interval_nor_shorter_by_more_than_a_tenth() {
+        let every = Duration::from_secs(30);
+        let mut rng = crate::seeded::Seeded::new(7);
+        let delays: Vec<Duration> = (0..1000)
+            .map(|_| Backoff::resync_delay(every, rng.unit()))
+            .collect();
+        assert!(delays.iter().all(|d| *d <= every && *d >= every * 9 / 10));
+        let spread = delays.iter().max().zip(delays.iter().min());
+        assert!(spread.is_some_and(|(max, min)| *max - *min > Duration::from_secs(2)));
+        assert_eq!(Backoff::resync_delay(every, f64::NAN), every);
+        assert_eq!(Backoff::resync_delay(every, 7.0), every * 9 / 10);
     }
 
     #[test]

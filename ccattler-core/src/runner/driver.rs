@@ -57,6 +57,8 @@ impl<S: FactStore> Task<S> {
             while let Some(action) = machine.next_action() {
                 match action {
                     Action::List { prefixes } => {
+                        metrics::counter!("ccattler_lists_total", "controller" => name.clone())
+                            .increment(1);
                         let listed = list(&self.store, &prefixes).await;
                         // Building a view of every listed fact (and dropping the one it
                         // replaces) is work in proportion to the store: off the executor.

@@ -167,7 +167,8 @@ enum Resume {
 ///   `runner/commit/{controller}` guarded by the revision the view holds, so a late commit of an
 ///   earlier loop of the same controller makes the next commit of this one conflict and read
 ///   again, instead of building on a view that misses it.
-/// - **Determinism.** No clock, no I/O; jitter comes from a generator seeded at construction.
+/// - **Determinism.** No clock, no I/O; jitter (of conflict retries and resyncs) comes from a
+///   generator seeded at construction.
 ///
 /// # Timing
 ///
@@ -175,7 +176,8 @@ enum Resume {
 /// after [`LoopConfig::restart_delays`]; a successful reconcile resets that schedule, and so
 /// does a successful list after a store error (the store answers again). Conflicts
 /// retry the reconcile after a jittered exponential delay, and list again after five in a row.
-/// Every [`LoopConfig::resync_interval`] the loop lists again. A resync that finds the facts
+/// Every [`LoopConfig::resync_interval`] the loop lists again (each wait shortened by a random
+/// fraction of up to a tenth, so loops started together spread their lists). A resync that finds the facts
 /// the live view holds (every key at the revision the view has for it) and nothing pending
 /// keeps the view it has and calls no reconcile: the controller has already planned on these
 /// facts. A reconcile that asked for another pass
@@ -220,7 +222,8 @@ impl ControllerLoop {
     /// A loop for a controller that reads `watches` and writes `write_domain`.
     ///
     /// The loop watches the union of both, since it must know the current revision of every key
-    /// it writes in order to guard the write. `seed` drives the conflict jitter.
+    /// it writes in order to guard the write. `seed` drives the jitter of conflict retries and
+    /// resyncs.
     pub fn new(
         watches: Vec<String>,
         write_domain: Vec<String>,
@@ -472,7 +475,8 @@ impl ControllerLoop {
                 self.outbox.push_back(Action::Watch { starts });
                 self.phase = Phase::Live;
                 self.relist_after_busy = false;
-                self.next_resync = self.now.saturating_add(self.config.resync_interval);
+                let wait = Backoff::resync_delay(self.config.resync_interval, self.rng.unit());
+                self.next_resync = self.now.saturating_add(wait);
             }
             Err(err) => self.fail_on_store(format!("listing failed: {err}")),
         }

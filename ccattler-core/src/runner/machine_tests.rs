@@ -1,5 +1,6 @@
 //! Deterministic tests of [`ControllerLoop`], stepped on virtual time.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::*;
@@ -375,17 +376,47 @@ fn the_same_seed_gives_the_same_jitter() {
     assert_eq!(run(), run());
 }
 
+/// The deadline of the next resync, checked to be within the interval (30 s) of `listed_at`
+/// and shorter by at most a tenth.
+fn next_resync(l: &ControllerLoop, listed_at: Duration) -> Duration {
+    let at = l.deadline().expect("a live loop always has a resync ahead");
+    let wait = at - listed_at;
+    let every = Duration::from_secs(30);
+    assert!(
+        wait <= every && wait >= every * 9 / 10,
+        "resync after {wait:?}"
+    );
+    at
+}
+
 #[test]
-fn resyncs_every_thirty_seconds() {
+fn resyncs_within_every_thirty_seconds() {
     let mut l = live_loop();
     expect_reconcile(&mut l);
     l.reconciled(Ok(vec![]));
-    assert_eq!(l.deadline(), Some(Duration::from_secs(30)));
-    l.tick(Duration::from_secs(29));
+    let at = next_resync(&l, Duration::ZERO);
+    l.tick(at - ms(1));
     assert!(l.next_action().is_none());
-    l.tick(Duration::from_secs(30));
+    l.tick(at);
     assert!(matches!(l.next_action(), Some(Action::List { .. })));
     assert_eq!(l.stats().lists, 2);
+}
+
+#[test]
+fn loops_started_together_spread_their_resyncs() {
+    let resyncs: BTreeSet<Duration> = (0..20)
+        .map(|seed| {
+            let mut l =
+                ControllerLoop::new(vec!["in/".into()], vec![], LoopConfig::default(), seed);
+            assert!(matches!(l.next_action(), Some(Action::List { .. })));
+            l.listed(Ok(vec![Scan {
+                revision: Revision(1),
+                facts: vec![],
+            }]));
+            next_resync(&l, Duration::ZERO)
+        })
+        .collect();
+    assert!(resyncs.len() > 10, "{resyncs:?}");
 }
 
 /// The resync of [`live_loop`] at `at`, listing `in_a` and nothing under `out/`.
@@ -411,18 +442,15 @@ fn a_resync_that_finds_the_facts_already_held_reconciles_nothing() {
     expect_reconcile(&mut l);
     l.reconciled(Ok(vec![]));
     // Writes elsewhere in the store moved its revision; nothing this loop reads changed.
-    resync_listing(&mut l, Duration::from_secs(30), fact("in/a", "1", 5), 40);
+    let first = next_resync(&l, Duration::ZERO);
+    resync_listing(&mut l, first, fact("in/a", "1", 5), 40);
     assert!(l.next_action().is_none(), "no pass: nothing new to plan on");
     assert_eq!((l.stats().reconciles, l.stats().quiet_resyncs), (1, 1));
     assert_eq!(l.view().revision(), Revision(40));
-    assert_eq!(
-        l.deadline(),
-        Some(Duration::from_secs(60)),
-        "the next resync"
-    );
+    let second = next_resync(&l, first);
 
     // A change the watch missed is found by the next resync, and planned on.
-    resync_listing(&mut l, Duration::from_secs(60), fact("in/a", "2", 41), 42);
+    resync_listing(&mut l, second, fact("in/a", "2", 41), 42);
     let view = expect_reconcile(&mut l);
     assert_eq!(view.get("in/a").map(|f| f.mod_revision), Some(Revision(41)));
     assert_eq!(l.stats().quiet_resyncs, 1);
@@ -446,7 +474,7 @@ fn a_pass_asked_for_comes_by_then_without_any_change() {
     assert!(again.holds_same_facts(&view), "on the view as it is");
     // That pass asks for nothing more: only the resync is left.
     l.reconciled(Ok(vec![]));
-    assert_eq!(l.deadline(), Some(Duration::from_secs(30)));
+    assert!(next_resync(&l, Duration::ZERO) > ms(5_010));
 }
 
 #[test]

@@ -56,7 +56,10 @@ pub struct AgentConfig {
     /// How often the agent compares desired and observed state when nothing happens. Default 1 s.
     pub sync_interval: Duration,
     /// How often the agent lists its placements again, as a safety net against missed watch
-    /// events. Default 30 s.
+    /// events: the longest wait between two lists. Each wait is shortened by up to a tenth, by a
+    /// fraction drawn from the node's name and the time (the runner's rule,
+    /// [`Backoff::resync_delay`](ccattler_core::runner::Backoff::resync_delay)), so a fleet of
+    /// agents started together does not list at one moment. Default 30 s.
     pub resync_interval: Duration,
     /// How often the agent fetches again the secrets its instances use, to see changes (no watch
     /// shows secrets). A changed secret reaches running instances within about this long: a

@@ -135,6 +135,9 @@ impl<S: FactStore + Clone, R: Runtime> NodeAgent<S, R> {
                         let store = self.store.clone();
                         let (node, ttl) = (node.clone(), self.config.lease_ttl);
                         let operation = local::store_operation(&action);
+                        if operation == "list" {
+                            local::listed();
+                        }
                         store_op = Some(Box::pin(async move {
                             let outcome = perform::store_action(&store, &node, ttl, action).await;
                             if outcome.as_ref().and_then(Outcome::error).is_some() {

@@ -101,7 +101,7 @@ impl AgentLoop {
         });
         self.link = Link::Live {
             lease,
-            resync_at: self.now.saturating_add(self.config.resync_interval),
+            resync_at: self.now.saturating_add(self.resync_delay()),
         };
         self.unavailable.clear();
         let placed: Vec<Assignment> = self.desired.placements.values().cloned().collect();

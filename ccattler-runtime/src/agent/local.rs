@@ -4,8 +4,8 @@
 //! --local-addr`) answers from it while the control plane is unreachable; and the agent's
 //! metrics, which the driver records through the `metrics` facade: `ccattler_agent_instances`
 //! by `state`, `ccattler_agent_ready_instances` and `ccattler_agent_connected` (set as each
-//! snapshot is published), `ccattler_agent_probes_total`, `ccattler_agent_pass_duration_seconds`
-//! and `ccattler_agent_store_errors_total`.
+//! snapshot is published), `ccattler_agent_probes_total`, `ccattler_agent_pass_duration_seconds`,
+//! `ccattler_agent_lists_total` and `ccattler_agent_store_errors_total`.
 //!
 //! The table of every metric CCattler records is [`ccattler_core::telemetry`].
 
@@ -28,6 +28,8 @@ pub(super) const CONNECTED: &str = "ccattler_agent_connected";
 pub(super) const PROBES: &str = "ccattler_agent_probes_total";
 /// Name of the pass duration histogram.
 pub(super) const PASS_DURATION: &str = "ccattler_agent_pass_duration_seconds";
+/// Name of the counter of full lists of the node's placements.
+pub(super) const LISTS: &str = "ccattler_agent_lists_total";
 /// Name of the store errors counter.
 pub(super) const STORE_ERRORS: &str = "ccattler_agent_store_errors_total";
 
@@ -118,6 +120,11 @@ pub(super) fn store_operation(action: &Action) -> &'static str {
 /// Counts one failed store call of `operation`.
 pub(super) fn store_error(operation: &'static str) {
     metrics::counter!(STORE_ERRORS, "operation" => operation).increment(1);
+}
+
+/// Counts one full list of the node's placements (after registering, and each resync).
+pub(super) fn listed() {
+    metrics::counter!(LISTS).increment(1);
 }
 
 /// Counts one probe check of `kind`.

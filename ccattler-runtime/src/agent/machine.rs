@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use ccattler_core::runner::Backoff;
 use ccattler_core::schema::{self, Assignment, InstanceObservation, NodeTelemetry, keys};
 use ccattler_core::{EventRing, Key, LeaseId, Revision};
 
@@ -144,7 +145,8 @@ impl RuntimeOp {
 /// its store answers.
 ///
 /// Every [`AgentConfig::resync_interval`] the loop lists its placements again, the safety net
-/// against a watch that lost an event without breaking.
+/// against a watch that lost an event without breaking (each wait shortened by up to a tenth,
+/// so agents started together spread their lists).
 ///
 /// One pass: observe the runtime (the instances the pass decides for and those whose actions
 /// finished since an observation covered them, through
@@ -652,6 +654,16 @@ impl AgentLoop {
     /// is not one segment; a loop built directly with one lists and watches nothing.
     pub(super) fn placements_prefix(&self) -> String {
         keys::node_placements(&self.config.node).unwrap_or_else(|_| self.unmatchable())
+    }
+
+    /// The wait before the next list of the placements: the resync interval shortened by a
+    /// fraction drawn from the node's name and the time, so the loop stays deterministic (a
+    /// replayed simulation lists at the same moments) while agents started together do not.
+    pub(super) fn resync_delay(&self) -> Duration {
+        let draw = crate::names::stable_hash(&format!("{}@{:?}", self.config.node, self.now));
+        // The top 53 bits, as many as an f64 holds exactly.
+        let unit = (draw >> 11) as f64 / (1u64 << 53) as f64;
+        Backoff::resync_delay(self.config.resync_interval, unit)
     }
 
     /// A prefix no key has (keys never hold NUL).

@@ -1321,3 +1321,27 @@ fn a_sweep_after_events_waits_for_events_of_half_the_placements() {
     assert!(!held(&step), "four events for five placements: swept");
     assert!(running(&step, "web-7"));
 }
+
+/// Agents started together list again at spread moments, never later than the interval, and
+/// the same node at the same moment draws the same wait (a replayed simulation lists alike).
+#[test]
+fn agents_started_together_spread_their_resyncs() {
+    let every = AgentConfig::new(NODE, NO_DIR).resync_interval;
+    let delay = |node: &str| {
+        let config = AgentConfig::new(node, NO_DIR);
+        AgentLoop::new(config, Desired::default()).resync_delay()
+    };
+    let delays: std::collections::BTreeSet<Duration> =
+        (0..50).map(|i| delay(&format!("node-{i:04}"))).collect();
+    assert!(delays.len() > 40, "{delays:?}");
+    assert!(
+        delays.iter().all(|d| *d <= every && *d >= every * 9 / 10),
+        "{delays:?}"
+    );
+    let spread = delays
+        .last()
+        .zip(delays.first())
+        .map(|(max, min)| *max - *min);
+    assert!(spread > Some(every / 20), "{spread:?}");
+    assert_eq!(delay("node-0007"), delay("node-0007"));
+}
