@@ -2,6 +2,7 @@
 //! `MemoryStore`, the standard controllers on the tokio runner, one real node agent per node
 //! over the simulator runtime, all in this process.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,13 +19,16 @@ use crate::kept::Figures;
 
 type Error = Box<dyn std::error::Error>;
 
-/// How long the steady and stuck windows last, and how long after their phase's apply they
-/// begin (the status and endpoints trail the instances' readiness, the scheduler's
+/// How long the steady and stuck windows last at least, and how long after their phase's
+/// apply they begin (the status and endpoints trail the instances' readiness, the scheduler's
 /// rebalancing sweep comes 5 s after its last partial pass, and an agent writes its node's
 /// telemetry at most every 10 s, so the use of instances that just started is written up to
 /// 10 s later: a window opened sooner counts those writes, one per node, as the state's own).
 const STEADY: Duration = Duration::from_secs(5);
 const SETTLE: Duration = Duration::from_secs(12);
+/// The longest the steady window waits for every controller and agent to list once: the
+/// resync interval (30 s by default), and some slack for a list under way.
+const ROUND: Duration = Duration::from_secs(40);
 
 /// Runs the five phases on a new cluster of `shape`; each waits at most `timeout`.
 ///
@@ -34,7 +38,7 @@ const SETTLE: Duration = Duration::from_secs(12);
 /// `timeout`.
 pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> {
     // Installed first, as `cca dev --api` and `cca server` do: every phase pays for metrics.
-    let passes = reconciles()?;
+    let counters = counters()?;
     let mut cluster = DevCluster::start(DevConfig {
         runtime: RuntimeKind::Sim,
         nodes: shape.nodes,
@@ -62,7 +66,11 @@ pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> 
             m.until(|s| s.is_converged()).await
         })
         .await?;
-    meter.rates("steady", &passes).await?;
+    // The steady window spans one round of the periodic lists (every controller's and
+    // agent's resync), so its figures include that background work, and the phases after it
+    // fall between two rounds at every size: a round costs in proportion to the facts, and
+    // one that fell inside a phase at some sizes only would make that phase's growth timing.
+    meter.rates("steady", &counters, Some(shape.nodes)).await?;
     meter
         .phase("loss", async |m: &mut Meter| {
             cluster.crash_node(1);
@@ -88,7 +96,7 @@ pub async fn measure(shape: Shape, timeout: Duration) -> Result<Figures, Error> 
         })
         .await?;
     let stuck = meter.follower.last();
-    meter.rates("stuck", &passes).await?;
+    meter.rates("stuck", &counters, None).await?;
     if let Some(row) = stuck.services.iter().find(|s| s.name == OVERFLOW) {
         meter
             .figures
@@ -206,14 +214,47 @@ impl Meter {
         Ok(())
     }
 
-    /// After [`SETTLE`], nothing changes for [`STEADY`]: the rates of writes, passes and
-    /// deliveries, as `{name}_writes_s`, `{name}_passes_s` and `{name}_deliveries_s`.
-    async fn rates(&mut self, name: &str, passes: &impl Fn() -> u64) -> Result<(), Error> {
+    /// After [`SETTLE`], nothing changes for [`STEADY`] (with `round_of` the number of nodes,
+    /// longer if need be: until every controller and every agent listed once, the round of
+    /// periodic lists): the rates of writes, passes and deliveries and the CPU time per
+    /// second, as `{name}_writes_s`, `{name}_passes_s`, `{name}_deliveries_s` and
+    /// `{name}_cpu_per_s`.
+    async fn rates(
+        &mut self,
+        name: &str,
+        counters: &Counters,
+        round_of: Option<u32>,
+    ) -> Result<(), Error> {
         // Keep reading the status meanwhile, as `cca dev` does.
         self.follow_for(SETTLE).await;
+        let passes = || counters("ccattler_reconciles_total").values().sum::<u64>();
+        let lists = || {
+            let agents = counters("ccattler_agent_lists_total").values().sum::<u64>();
+            (counters("ccattler_lists_total"), agents)
+        };
         let before = passes();
+        let (listed, agents_listed) = lists();
         let start = self.mark().await?;
         self.follow_for(STEADY).await;
+        if let Some(nodes) = round_of {
+            let round_done = || {
+                let (now, agents) = lists();
+                let every_controller = listed
+                    .iter()
+                    .all(|(controller, n)| now.get(controller).is_some_and(|m| m > n));
+                every_controller && agents >= agents_listed + u64::from(nodes)
+            };
+            let deadline = Instant::now() + ROUND;
+            while !round_done() {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "{name}: the periodic lists did not all come within {ROUND:?}"
+                    )
+                    .into());
+                }
+                self.follow_for(Duration::from_millis(200)).await;
+            }
+        }
         let end = self.mark().await?;
         let seconds = (end.at - start.at).as_secs_f64();
         let f = &mut self.figures;
@@ -230,6 +271,7 @@ impl Meter {
             format!("{name}_passes_s"),
             per_s(passes().saturating_sub(before)),
         );
+        f.insert(format!("{name}_cpu_per_s"), (end.cpu - start.cpu) / seconds);
         Ok(())
     }
 
@@ -265,16 +307,24 @@ impl Meter {
     }
 }
 
-/// The runner's count of reconciles (`ccattler_reconciles_total`, all controllers), read from
-/// the process's Prometheus recorder, installed on first use.
-fn reconciles() -> Result<impl Fn() -> u64, Error> {
+/// Reads a counter of the process's Prometheus recorder (installed on first use): each of its
+/// series (labels as rendered) with its value.
+type Counters = dyn Fn(&str) -> BTreeMap<String, u64>;
+
+/// The [`Counters`] of this process: the runner's (`ccattler_reconciles_total`,
+/// `ccattler_lists_total`, by controller) and the agents' (`ccattler_agent_lists_total`).
+fn counters() -> Result<Box<Counters>, Error> {
     let recorder = ccattler_examples::cca::metrics::install()?;
-    Ok(move || {
+    Ok(Box::new(move |name: &str| {
         recorder
             .render()
             .lines()
-            .filter(|l| l.starts_with("ccattler_reconciles_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
-    })
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let labels = series.strip_prefix(name)?;
+                let labels = (labels.is_empty() || labels.starts_with('{')).then_some(labels)?;
+                Some((labels.to_owned(), value.parse::<f64>().ok()? as u64))
+            })
+            .collect()
+    }))
 }
