@@ -71,6 +71,11 @@ fn declared_unplaced(
     unplaced((&services, &volumes), nodes, 1, (false, at_max))
 }
 
+/// The share of its cluster's capacity a generated workload fits in: every document is placed
+/// on its nodes at `1 / HEADROOM` of their capacity, so that it still fits with a node down.
+/// A shrunk workload is held to the same, so a shrunk failure is never one of room.
+pub(super) const HEADROOM: u64 = 2;
+
 /// What a workload's documents leave unplaced on its nodes at `1 / divisor` of their capacity,
 /// each service counted with its rollout's extra instances (`max_extra` above its count), and
 /// one that scales on a metric at its `max` (where a load surge may take it).

@@ -432,7 +432,7 @@ impl Draw<'_> {
 /// when nothing else is left to shrink.
 fn fit(workload: &mut Workload) {
     for _ in 0..SHRINKS {
-        let problems = feasible::of_workload(workload, 2);
+        let problems = feasible::of_workload(workload, feasible::HEADROOM);
         let Some(problem) = problems.first() else {
             return;
         };

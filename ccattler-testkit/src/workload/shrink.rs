@@ -1,19 +1,21 @@
 //! [`Workload::smaller`]: the workloads one step smaller than a given one, for shrinking a
 //! failing run to what it needs.
 
-use super::{Change, ServiceDraw, Workload};
+use super::{Change, ServiceDraw, Workload, feasible};
 
 impl Workload {
     /// Every workload one step smaller than this one, most drastic first: without one step,
     /// without one service (and the steps about it), with one service at half its instances,
     /// with one feature of one service taken out, with one node less (never below one). A
     /// shrinker tries them in order and keeps the first that still fails, until none does
-    /// (see [`sim::shrink`](crate::sim::shrink)). None of them leaves a broken version in
-    /// place at the end (a fix taken out without its broken version): such a workload cannot
-    /// converge, so it would "still fail" whatever the bug was.
+    /// (see [`sim::shrink`](crate::sim::shrink)). None of them could fail for a reason of its
+    /// own, whatever the bug was: none leaves a broken version in place at the end (a fix
+    /// taken out without its broken version), and each fits its cluster as a generated
+    /// workload does (every document placed at half the nodes' capacity, see the [module
+    /// docs](super)), so one node less never leaves instances that no node can take.
     pub fn smaller(&self) -> Vec<Workload> {
         let mut out = self.candidates();
-        out.retain(Workload::ends_sound);
+        out.retain(|w| w.ends_sound() && feasible::of_workload(w, feasible::HEADROOM).is_empty());
         out
     }
 
