@@ -143,7 +143,7 @@ impl AgentLoop {
                     // What the sweep would do for this id, now: a placement created again
                     // later in the same batch must find it gone, as it would one by one.
                     self.tracks.remove(instance);
-                    if !self.observed.contains_key(instance) {
+                    if !self.holds(instance) {
                         self.placed_at.remove(instance);
                     }
                 }

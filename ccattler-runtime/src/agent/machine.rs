@@ -226,8 +226,9 @@ pub struct AgentLoop {
     /// Observations as the store holds them (as far as the loop knows), by instance id;
     /// `None` for a value that does not decode (the next report writes it again).
     pub(super) reported: BTreeMap<String, Option<InstanceObservation>>,
-    /// The create revision of each id's placement as last seen, kept while the runtime still
-    /// holds the id: a placement created again (another create revision) is a new incarnation.
+    /// The create revision of each id's placement as last seen, kept while the runtime may
+    /// still hold something of the id ([`holds`](Self::holds)): a placement created again
+    /// (another create revision) is a new incarnation.
     pub(super) placed_at: BTreeMap<String, Revision>,
     pub(super) report_wanted: bool,
     /// The instances the next report looks at.
@@ -619,9 +620,22 @@ impl AgentLoop {
         self.missing_secrets.retain(|name| named.contains(name));
         let placements = &self.desired.placements;
         self.tracks.retain(|id, _| placements.contains_key(id));
-        let observed = &self.observed;
+        let kept: Vec<String> = self
+            .placed_at
+            .keys()
+            .filter(|id| placements.contains_key(*id) || self.holds(id))
+            .cloned()
+            .collect();
         self.placed_at
-            .retain(|id, _| placements.contains_key(id) || observed.contains_key(id));
+            .retain(|id, _| kept.binary_search(id).is_ok());
+    }
+
+    /// Whether the runtime may still hold something of instance `id`: the instance, one of its
+    /// init steps, or what an action on it under way may leave.
+    pub(super) fn holds(&self, id: &str) -> bool {
+        self.observed.contains_key(id)
+            || super::spec::held_init_step(&self.observed, id).is_some()
+            || self.work.busy(id)
     }
 
     /// Records that `id`'s placement was created at `created`. Placed anew over an earlier

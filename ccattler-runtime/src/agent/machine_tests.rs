@@ -1091,6 +1091,63 @@ fn an_id_placed_anew_starts_over_and_is_reported_anew() {
     assert_eq!(step.state("db-0"), Some(InstanceState::Running));
 }
 
+/// A stateful identity placed anew while its earlier incarnation's init step had failed (a
+/// version whose step exits 3, replaced by one whose steps pass): the ended step the runtime
+/// still holds is the earlier incarnation's, removed before the new one runs its steps, and
+/// never reported as a failure of the new one (a rollout would count it against the new
+/// version and roll back a good one).
+#[test]
+fn an_id_placed_anew_does_not_take_its_earlier_incarnations_failed_init_step() {
+    let mut step = Step::new();
+    let mut broken = service("db", &[]);
+    broken.image = "example/db:2-broken".into();
+    broken.init = vec![
+        schema::InitStep::new("true"),
+        schema::InitStep::new("exit 3"),
+    ];
+    step.place("db-0", &broken, DesiredState::Running);
+    // Up to the step's second attempt, which the runtime holds ended once it has run.
+    while step.count("ensure_running db-0.init1") < 2 {
+        step.advance(Duration::from_millis(10));
+        assert!(
+            step.clock.now_duration() < Duration::from_secs(5),
+            "{:?}",
+            step.tail()
+        );
+    }
+    let failing = step.observation("db-0").expect("reported");
+    assert!(failing.init_failures >= 1, "{:?}", step.tail());
+
+    // The rollout deletes the identity and creates it again at a version whose steps pass.
+    let mut fixed = service("db", &[]);
+    fixed.image = "example/db:3".into();
+    fixed.init = vec![schema::InitStep::new("true"), schema::InitStep::new("true")];
+    step.unplace("db-0");
+    step.place("db-0", &fixed, DesiredState::Running);
+    let mut worst = 0;
+    for _ in 0..20 {
+        step.advance(Duration::from_millis(100));
+        if let Some(seen) = step.observation("db-0")
+            && seen.image == fixed.image
+        {
+            worst = worst.max(seen.init_failures);
+        }
+    }
+    assert_eq!(
+        worst,
+        0,
+        "a failure of the new incarnation reported: {:?}",
+        step.tail()
+    );
+    let seen = step.observation("db-0").expect("reported");
+    assert_eq!(
+        (seen.state, seen.init_done, seen.image.as_str()),
+        (ObservedState::Running, 2, fixed.image.as_str()),
+        "{:?}",
+        step.tail()
+    );
+}
+
 /// A crashed instance restarted, then asked to stop before the agent observed it again (a
 /// stateful identity about to be placed elsewhere): what the agent last observed (the ended
 /// incarnation) does not pass for the stop. The restarted process is stopped, and only then

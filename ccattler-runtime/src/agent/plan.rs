@@ -15,7 +15,8 @@ use super::machine::{AgentLoop, RuntimeOp};
 use super::probe::{ProbeKind, ProbeState};
 use super::scope::Scope;
 use super::spec::{
-    MissingSecret, init_id, init_spec, instance_data, instance_spec, owner, restarts,
+    MissingSecret, held_init_step, init_id, init_spec, instance_data, instance_spec, owner,
+    restarts,
 };
 use super::work::Observing;
 
@@ -213,13 +214,21 @@ impl AgentLoop {
             }
             if track.anew {
                 self.report_scope.mark(id);
-                match seen {
-                    Some(o) if o.state.has_ended() => {
+                // Its init steps' containers are the earlier incarnation's too (their ids come
+                // from the instance's): a step it left ended would pass for this one's.
+                let earlier_step = held_init_step(&self.observed, id);
+                match (seen, earlier_step) {
+                    (Some(o), _) if o.state.has_ended() => {
                         let data = instance_data(&self.volumes, id);
                         self.work.push(id, remove(id, data));
                     }
-                    Some(_) => self.work.push(id, stop(id, grace, StopReason::PlacedAnew)),
-                    None => track.anew = false,
+                    (Some(_), _) => self.work.push(id, stop(id, grace, StopReason::PlacedAnew)),
+                    (None, Some((step_id, true))) => self.work.push(id, remove(&step_id, None)),
+                    (None, Some((step_id, false))) => {
+                        self.work
+                            .push(id, stop(&step_id, Duration::ZERO, StopReason::PlacedAnew));
+                    }
+                    (None, None) => track.anew = false,
                 }
                 if track.anew {
                     continue;

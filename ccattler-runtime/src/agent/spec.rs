@@ -1,10 +1,13 @@
 //! From the schema's service spec to the runtime's instance spec.
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use ccattler_core::schema::{PortBinding, RestartPolicy, ServiceSpec, claimed_volume};
 use ccattler_core::{FileSpec, InstanceSpec, InstanceState, MountSpec};
 
+use super::action::Sample;
 use super::cache::Desired;
 use super::disk::claim_dir;
 
@@ -166,6 +169,24 @@ pub(super) fn init_spec(
 /// The id of an init step's instance.
 pub(super) fn init_id(id: &str, step: usize) -> String {
     format!("{id}.init{step}")
+}
+
+/// Of the init steps' containers the runtime holds (`observed`, by runtime id) for instance
+/// `id`, the first: its runtime id, and whether it has ended. Read by the ids' form
+/// ([`init_id`]), not by a spec's steps: an earlier incarnation of the id may have had more.
+pub(super) fn held_init_step(
+    observed: &BTreeMap<String, Sample>,
+    id: &str,
+) -> Option<(String, bool)> {
+    let prefix = format!("{id}.init");
+    observed
+        .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+        .take_while(|(key, _)| key.starts_with(&prefix))
+        .find(|(key, _)| {
+            let step = key[prefix.len()..].parse::<usize>();
+            step.is_ok_and(|step| init_id(id, step) == **key)
+        })
+        .map(|(key, sample)| (key.clone(), sample.instance.state.has_ended()))
 }
 
 /// The placed instance an id the runtime reports belongs to: the instance itself when it is
