@@ -106,9 +106,9 @@ use super::stop_order::stop_order;
 /// suggested node, that node still holding two more than the target, no other move in progress,
 /// `max_extra` at least 1, and not a stateful service (its instances have identities). Then:
 ///
-/// The scheduler also suggests moves that make room on a node for an instance a volume pins
-/// there ([`RebalanceMove::room_for`]); those start under the same conditions, the node's
-/// count aside.
+/// The scheduler also suggests moves that make room on a node for an instance that can run
+/// there only, pinned by its volume or by a static host port ([`RebalanceMove::room_for`]);
+/// those start under the same conditions, the node's count aside.
 ///
 /// 1. one new instance is created that [`replaces`](DesiredInstance::replaces) the suggested one;
 ///    the scheduler places it like any new instance, hence on the target or a node as good;

@@ -61,6 +61,12 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// instances that could run anywhere, and from the first attachment of another volume whose
 /// owner the node could not then run beside it.
 ///
+/// # Static host ports
+///
+/// An instance that needs a static host port can only go where that port is free. When the
+/// nodes where it is free lack only cpu or memory for it, room is made the same way on the one
+/// nearest to taking it (one such instance of a service a pass).
+///
 /// # Guarantees
 ///
 /// - An instance is never assigned twice: existing placements are kept until the instance
@@ -202,8 +208,9 @@ fn mirror(
 /// Places the running instances without a placement, writes why the rest fit nowhere, and
 /// deletes stale reasons and orphaned placements, and the placed records of the instances in
 /// `check` that have no placement left (each remembered in `pending`, to be checked again next
-/// pass should the delete not land). Returns the instances left waiting that a volume pins to
-/// one node: (instance, node).
+/// pass should the delete not land). Returns the instances left waiting for room on one node:
+/// those a volume pins there, and of each service that needs a static host port, the first
+/// left waiting, with the node nearest to taking it: (instance, node).
 fn plan(
     (cluster, volumes): (&Cluster, &Volumes),
     index: &mut LiveIndex,
@@ -265,14 +272,23 @@ fn plan(
         index.place(&requests)
     };
     room::release(index, absent);
-    let pinned_waiting: Vec<(String, String)> = requests
+    let mut pinned_waiting: Vec<(String, String)> = Vec::new();
+    let mut port_bound = BTreeSet::new();
+    for r in requests
         .iter()
         .filter(|r| unsatisfied.contains_key(r.instance))
-        .filter_map(|r| {
-            let node = r.volumes.iter().find_map(|v| v.node)?;
-            Some((r.instance.to_owned(), node.to_owned()))
-        })
-        .collect();
+    {
+        if let Some(node) = r.volumes.iter().find_map(|v| v.node) {
+            pinned_waiting.push((r.instance.to_owned(), node.to_owned()));
+        } else if !r.ports.fixed.is_empty() && port_bound.insert(r.service) {
+            // A static host port binds it to the nodes where that port is free: when those
+            // lack only cpu or memory, room is made on the nearest to fitting, as for an
+            // instance its volume pins (the first such instance of a service each pass).
+            if let Some(node) = index.nearest_fit(r.placement, r.resources, r.ports) {
+                pinned_waiting.push((r.instance.to_owned(), node.to_owned()));
+            }
+        }
+    }
     unsatisfied.extend(waiting);
     // Node by node: the commits go out in transactions of a bounded size, and a node that hears
     // of its placements together fetches, starts and reports them together.

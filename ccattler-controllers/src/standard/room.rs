@@ -1,25 +1,30 @@
 //! Room for pinned instances: a move that frees cpu or memory on the one node an instance can
 //! run on.
 //!
-//! An instance whose persistent volume is attached to a node goes there or nowhere. If, while
-//! it was away (its node down, its instance replaced), instances that could run anywhere
-//! filled that node, it would wait forever although the cluster has room. So for each such
-//! instance that the last placement pass left waiting on an alive node that passes its
-//! filters and lacks only cpu or memory, the scheduler suggests moving one instance off that
-//! node: of a service that mounts no volume and is not stateful, whose next instance would be
-//! placed on another node (so the move's new instance does not land where room is wanted).
-//! Among those, the smallest whose resources cover the shortfall alone, else the largest
-//! (another move follows once it is done), then the highest id. The instance controller
-//! performs it like any rebalancing move, new before old, so no service drops below its
-//! ready count; the pinned instance is placed in the pass that sees the room, ahead of
-//! requests that could go anywhere (the scheduler's processing order).
+//! An instance whose persistent volume is attached to a node goes there or nowhere; one that
+//! needs a static host port goes only where that port is free. If, while it was away (its
+//! node down, its instance replaced), instances that could run anywhere filled those nodes, it
+//! would wait forever although the cluster has room. So for each such instance that the last
+//! placement pass left waiting on an alive node that passes its filters and lacks only cpu or
+//! memory (for a static port, the node nearest to taking it; one instance of a service a
+//! pass), the scheduler suggests moving one instance off that node: of a service that mounts
+//! no volume and is not stateful, whose next instance would be placed on another node (so the
+//! move's new instance does not land where room is wanted). Among those, the smallest whose
+//! resources cover the shortfall alone, else the largest (another move follows once it is
+//! done), then the highest id. No move is suggested when all the movable instances there
+//! together would not free enough: moving them would restart them for nothing. The instance
+//! controller performs it like any rebalancing move, new before old, so no service drops below
+//! its ready count. An instance its volume pins is placed in the pass that sees the room, ahead
+//! of requests that could go anywhere (the scheduler's processing order); one bound by a
+//! static port has no such precedence: a request placed before it in that pass may take the
+//! room, and another move follows.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use ccattler_core::schema::{DesiredState, RebalanceMove, Resources};
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, Instance};
 use super::spread::next_node;
 use crate::scheduler::{LiveIndex, Load};
 
@@ -100,14 +105,17 @@ pub(super) fn room_moves(
     let mut moves: BTreeMap<String, RebalanceMove> = BTreeMap::new();
     for &Short { id, node, lacks } in short {
         let covers = |r: &Resources| r.cpu >= lacks.cpu && r.memory >= lacks.memory;
+        let movable = |i: &&Instance| {
+            i.desired.state == DesiredState::Running
+                // Not the new instance of a move in progress (the one it replaces still there).
+                && i.desired
+                    .replaces
+                    .as_ref()
+                    .is_none_or(|old| !cluster.instances.contains_key(old))
+        };
         let mut candidates: Vec<(&str, &str, Resources)> = cluster
             .instances_on(node)
-            .filter(|i| i.desired.state == DesiredState::Running)
-            // Not the new instance of a move in progress (the one it replaces still there).
-            .filter(|i| {
-                let replaces = i.desired.replaces.as_ref();
-                replaces.is_none_or(|old| !cluster.instances.contains_key(old))
-            })
+            .filter(movable)
             .filter_map(|i| {
                 let service = cluster.services.get(&i.desired.service)?;
                 let movable = service.volumes.is_empty()
@@ -117,6 +125,15 @@ pub(super) fn room_moves(
                 movable.then_some((i.id.as_str(), service.name.as_str(), service.resources))
             })
             .collect();
+        let freeable = candidates
+            .iter()
+            .fold(Resources::default(), |sum, (_, _, r)| Resources {
+                cpu: sum.cpu.checked_add(r.cpu).unwrap_or(sum.cpu),
+                memory: sum.memory.checked_add(r.memory).unwrap_or(sum.memory),
+            });
+        if !covers(&freeable) {
+            continue;
+        }
         // Covering ones first, smallest first; then the rest, largest first; then highest id.
         candidates.sort_by_key(|&(id, _, r)| {
             let size = (r.cpu.millis(), r.memory.bytes());

@@ -65,8 +65,9 @@ impl SpreadState {
     /// (its own placements may settle a service, or leave room for another's move; a pass
     /// judges the view before them). A full sweep that changes nothing needs no other.
     ///
-    /// `waiting` are the instances a volume pins to a node that the pass left waiting: their
-    /// nodes are held for them while moves are judged (no move targets a node whose room is
+    /// `waiting` are the instances the pass left waiting for room on one node (a volume pins
+    /// them there, or a static host port binds them to it): their nodes are held for them
+    /// while moves are judged (no move targets a node whose room is
     /// wanted), and moves that make room for them come first (the `room` module).
     pub(super) fn suggest(
         &mut self,

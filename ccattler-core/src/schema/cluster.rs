@@ -83,7 +83,8 @@ pub struct DesiredInstance {
 ///
 /// Written while one node holds at least two instances of the service more than the node one
 /// more instance would be placed on, and deleted once no such node is left; or (`room_for`)
-/// while an instance whose volume is attached to `from` waits for cpu, memory or ports there
+/// while an instance that can run on `from` only (its volume is attached there, or the static
+/// host port it needs is free nowhere else that could take it) waits for cpu or memory there
 /// that moving `instance` elsewhere would help free. The instance controller performs it
 /// start-new-then-stop-old: it creates one instance that
 /// [`replaces`](DesiredInstance::replaces) `instance`, which the scheduler places like any new
@@ -96,8 +97,9 @@ pub struct RebalanceMove {
     pub from: String,
     /// Where one more instance of the service would be placed now.
     pub to: String,
-    /// The instance the move makes room for on `from` (its volume's data is there), if that is
-    /// why the move is suggested; `None` for a move that evens out the spread.
+    /// The instance the move makes room for on `from` (its volume's data is there, or its
+    /// static host port is free there), if that is why the move is suggested; `None` for a
+    /// move that evens out the spread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub room_for: Option<String>,
 }

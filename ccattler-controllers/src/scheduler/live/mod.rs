@@ -350,6 +350,34 @@ impl LiveIndex {
         })
     }
 
+    /// Where moving load away would make room for a request that found no node: of the alive
+    /// nodes that pass `placement`'s filters, whose host ports can take `ports` and whose
+    /// capacity could ever take `need`, the one that lacks least of `need` now (cpu, then
+    /// memory, then the first name). `None` when no node qualifies. Linear in the nodes;
+    /// `placement` must have been seen by a [`place`](Self::place) before.
+    pub(crate) fn nearest_fit(
+        &self,
+        placement: &Placement,
+        need: Resources,
+        ports: super::Ports<'_>,
+    ) -> Option<&str> {
+        self.nodes
+            .iter()
+            .filter(|(name, n)| {
+                n.alive
+                    && n.load.usage().could_ever_fit(need)
+                    && super::index::eligible(&self.classes[n.class].attrs.node(), placement)
+                    && self.ports_fit(name, ports)
+            })
+            .map(|(name, n)| {
+                let lacks_cpu = (n.load.cpu + need.cpu.millis()).saturating_sub(n.load.cpu_cap);
+                let lacks_mem = (n.load.mem + need.memory.bytes()).saturating_sub(n.load.mem_cap);
+                ((lacks_cpu, lacks_mem, name.as_str()), name.as_str())
+            })
+            .min()
+            .map(|(_, name)| name)
+    }
+
     /// Adds `need` to alive node `node`'s reservation (beyond its capacity, if so: it then
     /// takes nothing that needs room) when it passes `placement`'s filters and its capacity
     /// could ever take `need`. Returns the load before, for [`unhold`](Self::unhold).
