@@ -269,6 +269,15 @@ impl Actor {
         }
     }
 
+    /// The wake scheduled for it, if any.
+    pub(crate) fn wake(&self) -> Option<Duration> {
+        match self {
+            Actor::Controller(c) => c.wake,
+            Actor::Node(n) => n.wake,
+            Actor::Replica(r) => r.wake,
+        }
+    }
+
     pub(crate) fn clear_wake(&mut self) {
         match self {
             Actor::Controller(c) => c.wake = None,
@@ -308,7 +317,9 @@ impl World {
             return; // an earlier wake is already scheduled, and it steps the actor anyway
         }
         *wake = Some(deadline);
-        self.agenda.push(deadline, super::world::Event::Wake(actor));
+        let due = deadline;
+        self.agenda
+            .push(deadline, super::world::Event::Wake { actor, due });
     }
 
     fn step_controller(&mut self, actor: usize) {

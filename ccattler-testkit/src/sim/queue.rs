@@ -5,10 +5,12 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
+/// Events are boxed: the heap moves its entries on every push and pop, and an event (a request
+/// or watch delivery) is large, so each step would copy a few hundred bytes per level.
 struct Entry<E> {
     at: Duration,
     seq: u64,
-    event: E,
+    event: Box<E>,
 }
 
 impl<E> PartialEq for Entry<E> {
@@ -51,7 +53,7 @@ impl<E> Agenda<E> {
         self.heap.push(Entry {
             at,
             seq: self.seq,
-            event,
+            event: Box::new(event),
         });
     }
 
@@ -60,7 +62,7 @@ impl<E> Agenda<E> {
         if self.heap.peek()?.at > until {
             return None;
         }
-        self.heap.pop().map(|e| (e.at, e.event))
+        self.heap.pop().map(|e| (e.at, *e.event))
     }
 
     #[cfg(test)]

@@ -125,7 +125,11 @@ impl Simulation {
                 }
                 let index = world.add_controller(actor);
                 controllers.push(index);
-                world.agenda.push(Duration::ZERO, Event::Wake(index));
+                let wake = Event::Wake {
+                    actor: index,
+                    due: Duration::ZERO,
+                };
+                world.agenda.push(Duration::ZERO, wake);
             }
             if !elected {
                 continue;
@@ -136,7 +140,11 @@ impl Simulation {
             if let Some(replica) = replica {
                 let campaign = Duration::from_millis(rng.random_range(0..100));
                 let index = world.add_replica(replica);
-                world.agenda.push(campaign, Event::Wake(index));
+                let wake = Event::Wake {
+                    actor: index,
+                    due: campaign,
+                };
+                world.agenda.push(campaign, wake);
             }
         }
         for (node, boot) in &builder.nodes {

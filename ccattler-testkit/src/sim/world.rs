@@ -55,8 +55,11 @@ pub(crate) enum Input {
 
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// An actor's deadline.
-    Wake(usize),
+    /// An actor's deadline: `due` is the time it was scheduled for. One the actor no longer
+    /// waits for (it scheduled another since) is dropped: stepping on it would schedule
+    /// another wake, so stale wakes would never end and pile up with every deadline that
+    /// moved earlier.
+    Wake { actor: usize, due: Duration },
     /// A request reaches the store.
     Request {
         actor: usize,
@@ -286,9 +289,9 @@ impl World {
     /// replica: the time it must wait until.
     fn held_until(&self, event: &Event) -> Option<Duration> {
         match event {
-            Event::Wake(actor) | Event::Input { actor, .. } | Event::Deliver { actor, .. } => {
-                self.paused(*actor)
-            }
+            Event::Wake { actor, .. }
+            | Event::Input { actor, .. }
+            | Event::Deliver { actor, .. } => self.paused(*actor),
             _ => None,
         }
     }
@@ -299,7 +302,10 @@ impl World {
             return;
         }
         match event {
-            Event::Wake(actor) => {
+            Event::Wake { actor, due } => {
+                if self.actors[actor].wake().is_some_and(|w| w != due) {
+                    return; // stale: the actor waits for another
+                }
                 self.actors[actor].clear_wake();
                 self.step_actor(actor);
             }
