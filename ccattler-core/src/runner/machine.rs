@@ -177,10 +177,10 @@ enum Resume {
 /// does a successful list after a store error (the store answers again). Conflicts
 /// retry the reconcile after a jittered exponential delay, and list again after five in a row.
 /// Every [`LoopConfig::resync_interval`] the loop lists again (each wait shortened by a random
-/// fraction of up to a tenth, so loops started together spread their lists). A resync that finds the facts
-/// the live view holds (every key at the revision the view has for it) and nothing pending
-/// keeps the view it has and calls no reconcile: the controller has already planned on these
-/// facts. A reconcile that asked for another pass
+/// fraction of up to a tenth, so loops started together spread their lists). A resync that
+/// finds the facts the live view holds (every key at the revision the view has for it) and
+/// nothing pending keeps the view it has and calls no reconcile: the controller has already
+/// planned on these facts. A reconcile that asked for another pass
 /// ([`ReconcileContext::requeue_after`](crate::ReconcileContext::requeue_after)) gets it by
 /// then, on the view as it is, whether or not anything changed.
 #[derive(Debug)]
