@@ -66,9 +66,7 @@ pub(super) fn hold_for_pinned<'a>(
                 .then(|| cluster.services.get(&stopping.desired.service))
                 .flatten();
             if let Some(stopping) = stopping_spec {
-                let need = stopping.resources;
-                free.cpu = free.cpu.checked_add(need.cpu).unwrap_or(free.cpu);
-                free.memory = free.memory.checked_add(need.memory).unwrap_or(free.memory);
+                free = plus(free, stopping.resources);
             }
         }
         let lacks = Resources {
@@ -127,10 +125,7 @@ pub(super) fn room_moves(
             .collect();
         let freeable = candidates
             .iter()
-            .fold(Resources::default(), |sum, (_, _, r)| Resources {
-                cpu: sum.cpu.checked_add(r.cpu).unwrap_or(sum.cpu),
-                memory: sum.memory.checked_add(r.memory).unwrap_or(sum.memory),
-            });
+            .fold(Resources::default(), |sum, (_, _, r)| plus(sum, *r));
         if !covers(&freeable) {
             continue;
         }
@@ -172,4 +167,12 @@ pub(super) fn room_moves(
         }
     }
     moves
+}
+
+/// `a` and `b` together; a sum that overflows keeps `a`'s amount.
+fn plus(a: Resources, b: Resources) -> Resources {
+    Resources {
+        cpu: a.cpu.checked_add(b.cpu).unwrap_or(a.cpu),
+        memory: a.memory.checked_add(b.memory).unwrap_or(a.memory),
+    }
 }

@@ -620,14 +620,15 @@ impl AgentLoop {
         self.missing_secrets.retain(|name| named.contains(name));
         let placements = &self.desired.placements;
         self.tracks.retain(|id, _| placements.contains_key(id));
-        let kept: Vec<String> = self
+        let gone: Vec<String> = self
             .placed_at
             .keys()
-            .filter(|id| placements.contains_key(*id) || self.holds(id))
+            .filter(|id| !placements.contains_key(*id) && !self.holds(id))
             .cloned()
             .collect();
-        self.placed_at
-            .retain(|id, _| kept.binary_search(id).is_ok());
+        for id in gone {
+            self.placed_at.remove(&id);
+        }
     }
 
     /// Whether the runtime may still hold something of instance `id`: the instance, one of its
