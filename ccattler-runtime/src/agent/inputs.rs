@@ -521,8 +521,8 @@ const OUTPUT_LIMIT: usize = 1024;
 
 /// Makes `observed` hold exactly `samples` for the ids `covers` names (every id when `None`),
 /// changing it in place, but for the ids `acted_on` names, whose held sample stays (the agent
-/// acted on them after the samples were taken); and calls `mark` with every id whose sample
-/// changed, came or went. Costs what `covers` names, or every instance when `None`.
+/// acted on them after the samples were taken); and calls `mark` with every id whose instance
+/// the samples show otherwise, came or went. Costs what `covers` names, or every instance when `None`.
 fn merge_samples(
     observed: &mut BTreeMap<String, Sample>,
     samples: Vec<Sample>,
@@ -545,7 +545,7 @@ fn merge_samples(
             (Some(_), _) if acted_on(id) => {}
             (Some(held), Some(sample)) => {
                 if *held != sample {
-                    mark(id);
+                    mark_if_seen_otherwise(id, held, &sample, &mut mark);
                     *held = sample;
                 }
             }
@@ -559,6 +559,15 @@ fn merge_samples(
             }
             (None, None) => {}
         }
+    }
+}
+
+/// Marks `id` when `sample` shows its instance otherwise than `held` did. A change of its
+/// resource use alone is kept (for telemetry) but decides nothing and reports nothing: running
+/// instances use a little more or less at every observation.
+fn mark_if_seen_otherwise(id: &str, held: &Sample, sample: &Sample, mark: &mut impl FnMut(&str)) {
+    if held.instance != sample.instance {
+        mark(id);
     }
 }
 
@@ -591,7 +600,7 @@ fn merge_every(
             _ if acted_on(id) => true,
             Some(sample) => {
                 if *held != sample {
-                    mark(id);
+                    mark_if_seen_otherwise(id, held, &sample, &mut mark);
                     *held = sample;
                 }
                 true
@@ -620,6 +629,43 @@ mod tests {
         Sample {
             instance,
             stats: None,
+        }
+    }
+
+    #[test]
+    fn a_change_of_use_alone_is_kept_but_marks_nothing() {
+        let using = |cpu: u64, restarts: u32| Sample {
+            stats: Some(ccattler_core::InstanceStats {
+                cpu: ccattler_core::schema::Cpu::from_millis(cpu),
+                memory: ccattler_core::schema::Memory::from_bytes(1 << 20),
+            }),
+            ..sample(1, restarts)
+        };
+        let mut observed = BTreeMap::from([("web-1".to_owned(), using(100, 0))]);
+        for covers in [None, Some(&BTreeSet::from(["web-1".to_owned()]))] {
+            let mut marked = Vec::new();
+            merge_samples(
+                &mut observed,
+                vec![using(250, 0)],
+                covers,
+                |_| false,
+                |id| marked.push(id.to_owned()),
+            );
+            assert_eq!(
+                observed["web-1"],
+                using(250, 0),
+                "the use is kept, for telemetry"
+            );
+            assert!(marked.is_empty(), "nothing to decide or report: {marked:?}");
+            merge_samples(
+                &mut observed,
+                vec![using(100, 1)],
+                covers,
+                |_| false,
+                |id| marked.push(id.to_owned()),
+            );
+            assert_eq!(marked, ["web-1"], "a restart is seen");
+            observed.insert("web-1".to_owned(), using(100, 0));
         }
     }
 

@@ -50,7 +50,8 @@ pub struct AgentStats {
     /// Report transactions that succeeded.
     pub reports: u64,
     /// Placed instances a pass decided for, summed over passes (a pass after placement events
-    /// decides for those they named; the periodic pass for every one).
+    /// decides for those they named; the periodic pass for those whose runtime sample changed
+    /// and those a pass left unsettled; a pass after a list, specs or secrets for every one).
     pub decided: u64,
 }
 
@@ -151,7 +152,10 @@ impl RuntimeOp {
 /// One pass: observe the runtime (the instances the pass decides for and those whose actions
 /// finished since an observation covered them, through
 /// [`Runtime::observe_some`](ccattler_core::Runtime::observe_some); every instance on the first
-/// pass, the periodic one and after a list); compare with the placements; queue the starts,
+/// pass, the periodic one and after a list); compare with the placements (of the instances the
+/// pass decides for: every one on the first pass and after a list, specs or secrets arrive;
+/// else those events named, those whose runtime sample changed and, on the periodic pass, those
+/// an earlier pass left unsettled, see [`settle`](super::settle)); queue the starts,
 /// stops, removals and probes that are due, each on its instance's lane (an instance whose lane
 /// is still busy waits for a later pass); as actions finish, observe again, report what changed
 /// and pass again over the instances that acted: at once when no other action is queued or in
@@ -244,6 +248,12 @@ pub struct AgentLoop {
     /// Whether an observation of the runtime has arrived since the loop began.
     pub(super) runtime_seen: bool,
     pub(super) pass_wanted: bool,
+    /// The next pass observes every instance the runtime holds (the periodic one), whatever
+    /// it decides for.
+    pub(super) observe_all: bool,
+    /// Placed instances the last pass that decided for them left unsettled: the periodic pass
+    /// decides for these (see [`settle`](super::settle)).
+    pub(super) unsettled: BTreeSet<String>,
     /// Pass again over the instances whose lanes acted since the last pass's observation: once
     /// no action is queued or in flight, or by this time.
     pub(super) repass: Option<Duration>,
@@ -304,6 +314,8 @@ impl AgentLoop {
             pass_scope: Scope::default(),
             runtime_seen: false,
             pass_wanted: true,
+            observe_all: false,
+            unsettled: BTreeSet::new(),
             unswept_events: 0,
             sweep_at: Duration::ZERO,
             next_pass: Duration::ZERO,
@@ -394,7 +406,8 @@ impl AgentLoop {
     pub fn tick(&mut self, now: Duration) {
         self.now = self.now.max(now);
         if self.now >= self.next_pass {
-            self.want_full_pass();
+            self.observe_all = true;
+            self.pass_wanted = true;
         }
     }
 
@@ -528,10 +541,14 @@ impl AgentLoop {
             self.repass = None;
             self.report_observe = None;
             self.next_pass = self.now.saturating_add(self.config.sync_interval);
-            let ids = self
-                .pass_scope
-                .ids()
-                .and_then(|scope| self.covers(scope.iter()));
+            let ids = if std::mem::take(&mut self.observe_all) {
+                self.mark_unsettled();
+                None
+            } else {
+                self.pass_scope
+                    .ids()
+                    .and_then(|scope| self.covers(scope.iter()))
+            };
             self.work.observe(Observe::Decide, ids.clone());
             return Some(Action::Observe { ids });
         }

@@ -1315,13 +1315,41 @@ fn a_pass_after_placement_events_decides_for_the_placed_instances() {
     assert!(running(&step, "web-20") && running(&step, "web-21"));
     assert_eq!(scope(&step), only(&[]));
 
-    // Time for the periodic pass: every instance.
-    let now = step.clock.now_duration();
-    step.machine.tick(now + Duration::from_secs(2));
-    assert_eq!(scope(&step), None);
-    let decided = step.machine.stats().decided;
-    step.settle();
-    assert_eq!(step.machine.stats().decided - decided, 22);
+    // A sync interval later, the periodic pass has observed every instance, and decided for
+    // none of the twenty-two, all settled (running as placed, nothing pending).
+    let periodic = |step: &mut Step| {
+        let every = |step: &Step| step.log.iter().filter(|(_, a)| a == "observe").count();
+        let (decided, full) = (step.machine.stats().decided, every(step));
+        step.advance(Duration::from_millis(100));
+        (step.machine.stats().decided - decided, every(step) - full)
+    };
+    assert_eq!(periodic(&mut step), (0, 1));
+
+    // One crashes: the periodic pass decides for it (and the pass after its restart does).
+    step.sim.faults().crash("web-03", 1);
+    let (decided, _) = periodic(&mut step);
+    assert!(
+        (1..=2).contains(&decided),
+        "{decided} decided: {:?}",
+        step.tail()
+    );
+    step.advance_until("web-03 runs again", |s| running(s, "web-03"));
+
+    // One crashes and fails to start again: it waits for its retry, which time alone brings,
+    // so every periodic pass decides for it (alone) until it runs.
+    step.sim.faults().fail_next_start("web-07", "no room");
+    step.sim.faults().crash("web-07", 1);
+    periodic(&mut step);
+    assert!(
+        step.machine.unsettled.contains("web-07"),
+        "{:?}",
+        step.tail()
+    );
+    assert_eq!(periodic(&mut step), (1, 1), "{:?}", step.tail());
+    step.advance_until("web-07 runs again", |s| running(s, "web-07"));
+    step.advance(Duration::from_millis(100));
+    assert!(step.machine.unsettled.is_empty());
+    assert_eq!(periodic(&mut step), (0, 1));
 }
 
 #[test]

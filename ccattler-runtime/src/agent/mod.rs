@@ -74,6 +74,7 @@ mod report;
 mod scope;
 #[cfg(test)]
 mod secret_tests;
+mod settle;
 mod spec;
 mod telemetry;
 #[cfg(test)]

@@ -404,6 +404,7 @@ impl AgentLoop {
         }
         self.plan_orphans(observation, &scope);
         self.plan_probes();
+        self.settle(&scope);
     }
 
     /// Instances nobody placed here (of `scope`): stopped, then removed once ended; but only

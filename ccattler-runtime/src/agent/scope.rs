@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// where a few changed derives those few. The pass's: a pass that follows placement events
 /// decides for the instances those events named, those whose runtime sample changed (an init
 /// step's marks the instance it belongs to), those whose files must be renewed, and those an
-/// earlier pass had to leave (their lane busy, or changed since the observation); every other
-/// cause of a pass (the periodic one, specs, secrets, a list) decides for every instance.
+/// earlier pass had to leave (their lane busy, or changed since the observation); the periodic
+/// pass adds those an earlier pass left unsettled (see [`settle`](super::settle)); every other
+/// cause of a pass (specs, secrets, a list) decides for every instance.
 #[derive(Debug)]
 pub(super) struct Scope {
     all: bool,
