@@ -53,7 +53,10 @@ pub struct AgentConfig {
     /// Where the lease is renewed (every third of its TTL). Default
     /// [`RenewOn::LivenessThread`]: a thread no other work runs on.
     pub renew_on: RenewOn,
-    /// How often the agent compares desired and observed state when nothing happens. Default 1 s.
+    /// How often the agent observes every instance the runtime holds when nothing happens, so
+    /// that what changes on its own (a crash, an exit) is seen within it; it then decides for
+    /// the instances whose observation changed and those still pending (starting, retrying,
+    /// waiting, stopping). Default 1 s.
     pub sync_interval: Duration,
     /// How often the agent lists its placements again, as a safety net against missed watch
     /// events: the longest wait between two lists. Each wait is shortened by up to a tenth, by a

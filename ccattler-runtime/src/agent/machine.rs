@@ -155,7 +155,8 @@ impl RuntimeOp {
 /// pass, the periodic one and after a list); compare with the placements (of the instances the
 /// pass decides for: every one on the first pass and after a list, specs or secrets arrive;
 /// else those events named, those whose runtime sample changed and, on the periodic pass, those
-/// an earlier pass left unsettled, see [`settle`](super::settle)); queue the starts,
+/// still pending: a running instance with nothing pending is decided for again only once its
+/// sample, placement, spec or secrets change); queue the starts,
 /// stops, removals and probes that are due, each on its instance's lane (an instance whose lane
 /// is still busy waits for a later pass); as actions finish, observe again, report what changed
 /// and pass again over the instances that acted: at once when no other action is queued or in

@@ -11,9 +11,12 @@
 //!
 //! [`NodeAgent::run`] registers the node (a store lease held by keep-alives, `lease/node/{node}`
 //! and `observed/node/{node}`), lists and then watches only `placement/{node}/`, fetches the
-//! spec of each placed version and the secrets it names, and every
-//! [`AgentConfig::sync_interval`] (and after every change) compares desired and observed state:
-//! it starts what should run (init steps first, each a short-lived instance of the same image, in
+//! spec of each placed version and the secrets it names, observes every instance the runtime
+//! holds every [`AgentConfig::sync_interval`], and after every change (a placement, a runtime
+//! sample, a spec, a secret) compares desired and observed state of what changed and of what
+//! is still pending (starting, retrying, waiting, stopping; a running instance with nothing
+//! pending is not looked at again until something about it changes, and every resync looks at
+//! all of them): it starts what should run (init steps first, each a short-lived instance of the same image, in
 //! order, with timeout and retry), restarts what ended according to the restart policy, stops
 //! what should stop, runs probes and reports `observed/instance/{node}/{id}`.
 //!
