@@ -1,6 +1,7 @@
 //! Room made for an instance that can go to one node only: one that needs a static host port
-//! free on a single node, which instances that could run anywhere have filled. The volume's
-//! case (an instance its persistent data pins) is in `sim_storage.rs`.
+//! free on a single node, or a label only one node has, which instances that could run anywhere
+//! have filled. The volume's case (an instance its persistent data pins) is in
+//! `sim_storage.rs`.
 
 use std::time::Duration;
 
@@ -134,4 +135,39 @@ fn no_instance_is_moved_when_moving_every_one_would_not_make_room() {
         gaps.contains("host port 443 taken") && gaps.contains("too little cpu"),
         "{gaps}"
     );
+}
+
+/// Nine `web` of 100m spread over three nodes of 1 cpu; at 20 s `gate` (800m), which requires
+/// a label only `n1` has, where `web` left 700m. Found by a generated workload (seed 687698309
+/// of `cca chaos --generate`): a `web` is moved off `n1`, new before old, and `gate` runs there.
+#[test]
+fn a_node_whose_label_alone_fits_makes_room_for_it() {
+    let web = "service web {\n    image example/web:1\n    instances 9\n    resources {\n        \
+               cpu 100m\n        memory 64Mi\n    }\n}\n";
+    let gate = "service gate {\n    image example/gate:1\n    instances 1\n    resources {\n        \
+                cpu 800m\n        memory 64Mi\n    }\n    placement {\n        require tier = edge\n    \
+                }\n}\n";
+    let node =
+        |name: &str| NodeSpec::new(name, Cpu::from_millis(1_000), Memory::from_bytes(8 << 30));
+    let mut sim = Simulation::builder(desired(web))
+        .seed(5)
+        .node(node("n1").label("tier", "edge"))
+        .node(node("n2"))
+        .node(node("n3"))
+        .then_apply(sec(20), desired(&format!("{web}{gate}")))
+        .build();
+    sim.run_until(sec(19));
+    let snapshot = sim.snapshot().expect("a snapshot");
+    let spread = |service: &str| snapshot.spread(service).into_values().collect::<Vec<_>>();
+    assert_eq!(spread("web"), [3, 3, 3], "web spread evenly");
+    sim.run_until(sec(100));
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+    let snapshot = sim.snapshot().expect("a snapshot");
+    assert!(snapshot.is_converged(), "{:?}", snapshot.gaps());
+    assert_eq!(
+        snapshot.spread("gate").into_keys().collect::<Vec<_>>(),
+        ["n1"]
+    );
+    assert_eq!(snapshot.instances("web").len(), 9);
+    assert!(snapshot.spread("web").get("n1").is_some_and(|n| *n <= 2));
 }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ccattler_core::schema::{
-    self, Assignment, DesiredState, RecordKey, ServiceSpec, Unschedulable,
+    self, Assignment, DesiredState, Placement, RecordKey, ServiceSpec, Unschedulable, ZonePolicy,
 };
 use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileError};
 
@@ -61,11 +61,12 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// instances that could run anywhere, and from the first attachment of another volume whose
 /// owner the node could not then run beside it.
 ///
-/// # Static host ports
+/// # Static host ports and required labels
 ///
-/// An instance that needs a static host port can only go where that port is free. When the
-/// nodes where it is free lack only cpu or memory for it, room is made the same way on the one
-/// nearest to taking it (one such instance of a service a pass).
+/// An instance that needs a static host port can only go where that port is free; one whose
+/// service requires a node label, a zone or an architecture only where the node has it. When
+/// those nodes lack only cpu or memory for it, room is made the same way on the one nearest to
+/// taking it (one such instance of a service a pass).
 ///
 /// # Guarantees
 ///
@@ -205,6 +206,14 @@ fn mirror(
     changes
 }
 
+/// Whether `placement` rules nodes out by what they are (a required label, zone or
+/// architecture), so that room elsewhere is no use to its instances.
+fn filters_nodes(placement: &Placement) -> bool {
+    !placement.require.is_empty()
+        || placement.architecture.is_some()
+        || matches!(placement.zone, Some(ZonePolicy::Only(_)))
+}
+
 /// Places the running instances without a placement, writes why the rest fit nowhere, and
 /// deletes stale reasons and orphaned placements, and the placed records of the instances in
 /// `check` that have no placement left (each remembered in `pending`, to be checked again next
@@ -273,17 +282,20 @@ fn plan(
     };
     room::release(index, absent);
     let mut pinned_waiting: Vec<(String, String)> = Vec::new();
-    let mut port_bound = BTreeSet::new();
+    let mut bound = BTreeSet::new();
     for r in requests
         .iter()
         .filter(|r| unsatisfied.contains_key(r.instance))
     {
         if let Some(node) = r.volumes.iter().find_map(|v| v.node) {
             pinned_waiting.push((r.instance.to_owned(), node.to_owned()));
-        } else if !r.ports.fixed.is_empty() && port_bound.insert(r.service) {
-            // A static host port binds it to the nodes where that port is free: when those
-            // lack only cpu or memory, room is made on the nearest to fitting, as for an
-            // instance its volume pins (the first such instance of a service each pass).
+        } else if (!r.ports.fixed.is_empty() || filters_nodes(r.placement))
+            && bound.insert(r.service)
+        {
+            // A static host port binds it to the nodes where that port is free, a required
+            // label, zone or architecture to the nodes that have it: when those lack only cpu
+            // or memory, room is made on the nearest to fitting, as for an instance its volume
+            // pins (the first such instance of a service each pass).
             if let Some(node) = index.nearest_fit(r.placement, r.resources, r.ports) {
                 pinned_waiting.push((r.instance.to_owned(), node.to_owned()));
             }

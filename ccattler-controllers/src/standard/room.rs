@@ -1,23 +1,23 @@
 //! Room for pinned instances: a move that frees cpu or memory on the one node an instance can
 //! run on.
 //!
-//! An instance whose persistent volume is attached to a node goes there or nowhere; one that
-//! needs a static host port goes only where that port is free. If, while it was away (its
-//! node down, its instance replaced), instances that could run anywhere filled those nodes, it
-//! would wait forever although the cluster has room. So for each such instance that the last
-//! placement pass left waiting on an alive node that passes its filters and lacks only cpu or
-//! memory (for a static port, the node nearest to taking it; one instance of a service a
-//! pass), the scheduler suggests moving one instance off that node: of a service that mounts
-//! no volume and is not stateful, whose next instance would be placed on another node (so the
-//! move's new instance does not land where room is wanted). Among those, the smallest whose
-//! resources cover the shortfall alone, else the largest (another move follows once it is
-//! done), then the highest id. No move is suggested when all the movable instances there
-//! together would not free enough: moving them would restart them for nothing. The instance
-//! controller performs it like any rebalancing move, new before old, so no service drops below
-//! its ready count. An instance its volume pins is placed in the pass that sees the room, ahead
-//! of requests that could go anywhere (the scheduler's processing order); one bound by a
-//! static port has no such precedence: a request placed before it in that pass may take the
-//! room, and another move follows.
+//! An instance whose persistent volume is attached to a node goes there or nowhere; one that needs
+//! a static host port goes only where that port is free, and one whose service requires a node
+//! label (a zone, an architecture) only to the nodes that have it. If instances that could run
+//! anywhere filled those nodes (while it was away, its node down, or before it was added), it would
+//! wait forever although the cluster has room. So for each such instance that the last placement
+//! pass left waiting on an alive node that passes its filters and lacks only cpu or memory (for a
+//! static port or a required label, the node nearest to taking it; one instance of a service a
+//! pass), the scheduler suggests moving one instance off that node: of a service that mounts no
+//! volume and is not stateful, whose next instance would be placed on another node (so the move's
+//! new instance does not land where room is wanted). Among those, the smallest whose resources
+//! cover the shortfall alone, else the largest (another move follows once it is done), then the
+//! highest id. No move is suggested when all the movable instances there together would not free
+//! enough: moving them would restart them for nothing. The instance controller performs it like any
+//! rebalancing move, new before old, so no service drops below its ready count. An instance its
+//! volume pins is placed in the pass that sees the room, ahead of requests that could go anywhere
+//! (the scheduler's processing order); one bound by a static port or a label has no such
+//! precedence: a request placed before it in that pass may take the room, and another move follows.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
