@@ -122,3 +122,21 @@ fn no_record_without_init_steps() -> Result<(), HarnessError> {
     assert!(harness.get("status/init/team/web").is_some());
     Ok(())
 }
+
+/// A service deleted while its init controller restarted (its delete of the record lost): the
+/// controller that starts over finds the record left, with nothing else of the service, and
+/// deletes it. Found by a generated workload (seed 826501636 of `cca chaos --generate`).
+#[test]
+fn a_record_left_of_a_deleted_service_is_deleted_by_a_fresh_controller() -> Result<(), HarnessError>
+{
+    let mut harness = cluster();
+    harness.run()?;
+    let left = harness
+        .get("status/init/team/web")
+        .map(|fact| fact.value.clone())
+        .expect("the record of the service");
+    let mut fresh = Harness::new(InitController::new()).fact("status/init/team/web", left);
+    let plan = fresh.run()?;
+    assert!(fresh.get("status/init/team/web").is_none(), "{plan}");
+    Ok(())
+}

@@ -46,8 +46,8 @@ impl ClusterCache {
 
     /// The cluster of `view`, and the services whose records changed since the previous call
     /// (a few more at times, when the cluster is shared); on the first read, every service any
-    /// record names (its spec, effective record, instances, or only a status or endpoints
-    /// record left of a deleted service).
+    /// record names (its spec, effective record, instances, or only a status, endpoints or
+    /// init record left of a deleted service).
     pub fn read_changes(&self, view: &FactView) -> (Cluster, BTreeSet<String>) {
         // Taken out while reading: if anything panics, the next call starts afresh.
         let previous = self.reader.lock().take();

@@ -416,8 +416,12 @@ impl Cluster {
             return;
         };
         // A service's own outputs are records of it too: a write to one that its controller
-        // did not make (a late commit of an earlier loop) must make it plan the service again.
-        if let RecordKey::ServiceStatus(name) | RecordKey::Endpoints(name) = record {
+        // did not make (a late commit of an earlier loop) must make it plan the service again,
+        // and one left of a deleted service (its delete lost with a restart) must be found.
+        if let RecordKey::ServiceStatus(name)
+        | RecordKey::Endpoints(name)
+        | RecordKey::InitStatus(name) = record
+        {
             self.touched.insert(name.to_owned());
             return;
         }
