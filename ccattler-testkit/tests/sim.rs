@@ -124,7 +124,13 @@ fn seeds_that_found_bugs_pass() {
     let summary = Chaos::new(example_on_five_nodes(), [70140, 197368]).run(|_, _| {});
     let mut failed = summary.failures();
     let generated_seeds: [(usize, &[u64]); 2] = [
-        (1, &[20, 1080, 1137, 150, 134272, 247046, 566560, 593161068]),
+        (
+            1,
+            &[
+                20, 1080, 1137, 150, 134272, 247046, 566560, 593161068, 28720021, 687698309,
+                132899445, 826501636,
+            ],
+        ),
         (3, &[828695, 738132]),
     ];
     for (replicas, seeds) in generated_seeds {

@@ -704,6 +704,10 @@ impl World {
             Actor::Node(n) => {
                 if let Some(machine) = n.machine.as_mut() {
                     match item {
+                        // An agent that is not connected (registering, or listing again)
+                        // drops the event, which the list it waits for supersedes: it has not
+                        // heard it.
+                        Ok(event) if !machine.is_connected() => machine.event(event),
                         Ok(event) => {
                             n.heard = n.heard.max(event.revision());
                             let told = super::stops::heard_in_event(&event);

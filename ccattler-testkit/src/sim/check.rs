@@ -72,7 +72,10 @@ pub enum Invariant {
     /// The instances of a service the control plane wants running (desired running, placed on
     /// a node that holds its lease, not ended) never exceed its count plus its update policy's
     /// `max_extra` for longer than [`EXCESS_GRACE`] ([`SILENT_LOSS_GRACE`] more after a
-    /// controller's watch lost an event).
+    /// controller's watch lost an event), but for one more per wanted instance whose report is
+    /// stale: the instance controller keeps those (their state is unknown) with their
+    /// replacements until their node reports again or loses its lease, however long a node
+    /// that returned and cannot report holds its lease.
     TooManyRunning,
     /// An instance its agent heard it must stop does not run [`STOP_BOUND`] later (the
     /// simulators' truth), unless its start is still in flight.
@@ -308,15 +311,15 @@ impl Checker {
             .unwrap_or_default();
         let count = effective.instances as usize;
         let totals = self.tally.of(service);
-        let limit = count + update.max_extra as usize;
+        let limit = count + update.max_extra as usize + totals.stale;
         if totals.wanted > limit {
             let since = *self.excess_since.entry(service.to_owned()).or_insert(now);
             if now.saturating_sub(since) > self.bound(since, EXCESS_GRACE) {
                 return Some((
                     Invariant::TooManyRunning,
                     format!(
-                        "{service} has {} instances wanted running on live nodes ({} reported running) for {count} desired (max_extra {}) since {since:?}",
-                        totals.wanted, totals.running, update.max_extra
+                        "{service} has {} instances wanted running on live nodes ({} reported running, {} stale) for {count} desired (max_extra {}) since {since:?}",
+                        totals.wanted, totals.running, totals.stale, update.max_extra
                     ),
                 ));
             }

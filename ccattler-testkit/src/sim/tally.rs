@@ -18,6 +18,10 @@ pub(crate) struct Mark {
     service: String,
     /// The control plane wants it running: desired running, placed on a live node, not ended.
     wanted: bool,
+    /// Wanted, and its report is stale (written before its node's current registration): the
+    /// instance controller keeps one instance above the count for each such, until the node
+    /// reports again or loses its lease.
+    stale: bool,
     /// Reported running on a live node (a fresh report).
     running: bool,
     /// Desired running and reported ready on a live node.
@@ -32,6 +36,7 @@ pub(crate) struct Mark {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Totals {
     pub wanted: usize,
+    pub stale: usize,
     pub running: usize,
     pub ready: usize,
     pub current_ready: usize,
@@ -52,6 +57,7 @@ impl Tally {
     pub(crate) fn of(&self, service: &str) -> &Totals {
         static NONE: Totals = Totals {
             wanted: 0,
+            stale: 0,
             running: 0,
             ready: 0,
             current_ready: 0,
@@ -109,6 +115,7 @@ fn mark(cluster: &Cluster, i: &Instance) -> Mark {
     Mark {
         service: i.desired.service.clone(),
         wanted,
+        stale: wanted && i.is_stale(),
         running: i.node_alive && i.is_running(),
         ready,
         current_ready: ready && effective.is_some_and(|e| e.version == i.desired.version),
@@ -128,6 +135,7 @@ fn add(totals: &mut Totals, mark: &Mark, plus: bool) {
         }
     };
     step(&mut totals.wanted, mark.wanted);
+    step(&mut totals.stale, mark.stale);
     step(&mut totals.running, mark.running);
     step(&mut totals.ready, mark.ready);
     step(&mut totals.current_ready, mark.current_ready);
