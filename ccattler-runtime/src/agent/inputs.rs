@@ -522,7 +522,9 @@ const OUTPUT_LIMIT: usize = 1024;
 /// Makes `observed` hold exactly `samples` for the ids `covers` names (every id when `None`),
 /// changing it in place, but for the ids `acted_on` names, whose held sample stays (the agent
 /// acted on them after the samples were taken); and calls `mark` with every id whose instance
-/// the samples show otherwise, came or went. Costs what `covers` names, or every instance when `None`.
+/// the samples show otherwise, came or went (a change of its resource use alone is kept, for
+/// telemetry, but marks nothing: running instances use a little more or less at every
+/// observation). Costs what `covers` names, or every instance when `None`.
 fn merge_samples(
     observed: &mut BTreeMap<String, Sample>,
     samples: Vec<Sample>,
@@ -545,7 +547,10 @@ fn merge_samples(
             (Some(_), _) if acted_on(id) => {}
             (Some(held), Some(sample)) => {
                 if *held != sample {
-                    mark_if_seen_otherwise(id, held, &sample, &mut mark);
+                    // Its use alone changing decides and reports nothing (kept for telemetry).
+                    if held.instance != sample.instance {
+                        mark(id);
+                    }
                     *held = sample;
                 }
             }
@@ -559,15 +564,6 @@ fn merge_samples(
             }
             (None, None) => {}
         }
-    }
-}
-
-/// Marks `id` when `sample` shows its instance otherwise than `held` did. A change of its
-/// resource use alone is kept (for telemetry) but decides nothing and reports nothing: running
-/// instances use a little more or less at every observation.
-fn mark_if_seen_otherwise(id: &str, held: &Sample, sample: &Sample, mark: &mut impl FnMut(&str)) {
-    if held.instance != sample.instance {
-        mark(id);
     }
 }
 
@@ -600,7 +596,10 @@ fn merge_every(
             _ if acted_on(id) => true,
             Some(sample) => {
                 if *held != sample {
-                    mark_if_seen_otherwise(id, held, &sample, &mut mark);
+                    // Its use alone changing decides and reports nothing (kept for telemetry).
+                    if held.instance != sample.instance {
+                        mark(id);
+                    }
                     *held = sample;
                 }
                 true
@@ -643,27 +642,25 @@ mod tests {
         };
         let mut observed = BTreeMap::from([("web-1".to_owned(), using(100, 0))]);
         for covers in [None, Some(&BTreeSet::from(["web-1".to_owned()]))] {
-            let mut marked = Vec::new();
-            merge_samples(
-                &mut observed,
-                vec![using(250, 0)],
-                covers,
-                |_| false,
-                |id| marked.push(id.to_owned()),
-            );
+            let merge = |observed: &mut BTreeMap<String, Sample>, sample| {
+                let mut marked = Vec::new();
+                merge_samples(
+                    observed,
+                    vec![sample],
+                    covers,
+                    |_| false,
+                    |id| marked.push(id.to_owned()),
+                );
+                marked
+            };
+            let marked = merge(&mut observed, using(250, 0));
             assert_eq!(
                 observed["web-1"],
                 using(250, 0),
                 "the use is kept, for telemetry"
             );
             assert!(marked.is_empty(), "nothing to decide or report: {marked:?}");
-            merge_samples(
-                &mut observed,
-                vec![using(100, 1)],
-                covers,
-                |_| false,
-                |id| marked.push(id.to_owned()),
-            );
+            let marked = merge(&mut observed, using(100, 1));
             assert_eq!(marked, ["web-1"], "a restart is seen");
             observed.insert("web-1".to_owned(), using(100, 0));
         }

@@ -317,9 +317,11 @@ impl World {
             return; // an earlier wake is already scheduled, and it steps the actor anyway
         }
         *wake = Some(deadline);
-        let due = deadline;
-        self.agenda
-            .push(deadline, super::world::Event::Wake { actor, due });
+        let wake = super::world::Event::Wake {
+            actor,
+            due: deadline,
+        };
+        self.agenda.push(deadline, wake);
     }
 
     fn step_controller(&mut self, actor: usize) {
