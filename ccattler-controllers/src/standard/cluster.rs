@@ -411,7 +411,9 @@ impl Cluster {
 
     /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
     pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
-        self.invalid.remove(key);
+        if self.invalid.contains(key) {
+            self.invalid.remove(key);
+        }
         let Some(record) = RecordKey::parse(key) else {
             return;
         };
@@ -665,11 +667,11 @@ impl Cluster {
             if let Some(gone) = self.instances.remove(id) {
                 unfile_by_service(&mut self.of_service, &gone);
             }
-            self.unplaced.remove(id);
+            forget(&mut self.unplaced, id);
             if placed.is_some() {
-                self.orphans.insert(id.to_owned());
+                keep(&mut self.orphans, id);
             } else {
-                self.orphans.remove(id);
+                forget(&mut self.orphans, id);
             }
             return;
         };
@@ -677,11 +679,11 @@ impl Cluster {
         if !self.touched.contains(&record.service) {
             self.touched.insert(record.service.clone());
         }
-        self.orphans.remove(id);
+        forget(&mut self.orphans, id);
         if placed.is_none() && record.state == DesiredState::Running {
-            self.unplaced.insert(id.to_owned());
+            keep(&mut self.unplaced, id);
         } else {
-            self.unplaced.remove(id);
+            forget(&mut self.unplaced, id);
         }
         // A report older than the record belongs to an earlier instance of the same id (a
         // stateful identity deleted and created again): it says nothing of this one.
@@ -790,6 +792,23 @@ fn unfile_by_service(
         if instances.is_empty() {
             of_service.remove(service);
         }
+    }
+}
+
+/// Takes `id` out of `set` if it holds it, looking first: a persistent map copies the path to
+/// where a key would be even when it is absent (when a snapshot shares that path), and most
+/// calls find nothing to take. At 100,000 instances those copies were a sixth of what
+/// filing an instance cost.
+fn forget(set: &mut OrdSet<String>, id: &str) {
+    if set.contains(id) {
+        set.remove(id);
+    }
+}
+
+/// Puts `id` in `set` unless it holds it already (which would copy a path, as in [`forget`]).
+fn keep(set: &mut OrdSet<String>, id: &str) {
+    if !set.contains(id) {
+        set.insert(id.to_owned());
     }
 }
 

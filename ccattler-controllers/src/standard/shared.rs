@@ -202,8 +202,11 @@ impl State {
     /// as one patch, and returns the services it touched.
     fn patch(&mut self, view: &FactView, mut keys: Vec<ToCompare<'_>>) -> BTreeSet<String> {
         // Key order, and of each key's entries the one that knows its fact first: that one is
-        // kept, and the view is looked up only for the keys no entry knew.
-        keys.sort_unstable_by(|(a, a_known), (b, b_known)| {
+        // kept, and the view is looked up only for the keys no entry knew. The keys come as
+        // runs already in key order (the reader's diff, then each logged patch), which a
+        // stable sort finds and merges: O(n log runs) comparisons of keys, not O(n log n),
+        // and at 100,000 instances each comparison of two keys is a cache miss or two.
+        keys.sort_by(|(a, a_known), (b, b_known)| {
             a.cmp(b).then(b_known.is_some().cmp(&a_known.is_some()))
         });
         keys.dedup_by(|later, kept| later.0 == kept.0);
