@@ -99,7 +99,8 @@ pub enum Invariant {
     StopsWithinBudget,
     /// In a run without any fault so far, during a rollout (once the service had its count
     /// ready), the ready instances of a service never drop below its count minus
-    /// `max_unavailable`.
+    /// `max_unavailable`; not while an environment secret of the service changed within
+    /// [`SECRET_RESTART_WINDOW`] (its agents restart those instances).
     RolloutAvailability,
     /// An endpoint lists only instances that are ready on live nodes (within
     /// [`ENDPOINT_GRACE`], [`SILENT_LOSS_GRACE`] more after a controller's watch lost an

@@ -59,7 +59,7 @@
 //!   [`FaultKind`].
 //! - **Invariants.** After every step, as [`Invariant`]'s docs list them, each with the bound
 //!   it allows derived on its constant ([`EXCESS_GRACE`], [`ENDPOINT_GRACE`],
-//!   [`SILENT_LOSS_GRACE`], [`STOP_BOUND`]); every service is judged exactly, however large.
+//!   [`SILENT_LOSS_GRACE`], [`STOP_BOUND`], [`SECRET_RESTART_WINDOW`]); every service is judged exactly, however large.
 //!   The first one broken stops the run and fails it, with the seed, the step and the trace's
 //!   last lines.
 //! - **Convergence.** Once the last fault's effects end, the run goes on without faults for at
@@ -113,7 +113,8 @@ mod world;
 pub use actors::EPOCH;
 pub use chaos::{Chaos, Run, Summary};
 pub use check::{
-    ENDPOINT_GRACE, EXCESS_GRACE, Invariant, SILENT_LOSS_GRACE, STOP_BOUND, Violation,
+    ENDPOINT_GRACE, EXCESS_GRACE, Invariant, SECRET_RESTART_WINDOW, SILENT_LOSS_GRACE, STOP_BOUND,
+    Violation,
 };
 pub use faults::{Fault, FaultKind, FaultRates, FaultSpecError, Schedule};
 pub use replicas::LEADER_KEY;
