@@ -12,7 +12,7 @@ use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileErr
 use super::cluster::Cluster;
 use super::events::placement_events;
 use super::host_ports;
-use super::joins::{JOIN_QUIET, Joins};
+use super::joins::Joins;
 use super::room;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
 use super::volumes::Volumes;
@@ -226,14 +226,10 @@ fn mirror(
 }
 
 /// Why a stateful identity, or an instance whose persistent data would be placed for the first
-/// time, waits while nodes join.
-fn settling_reason() -> String {
-    format!(
-        "waiting for the nodes that are joining: a stateful identity or a persistent volume \
-         stays on the node it first goes to, so it is placed once no node has joined for {}s",
-        JOIN_QUIET.as_secs()
-    )
-}
+/// time, waits while nodes join (see [`JOIN_QUIET`](super::JOIN_QUIET)).
+const SETTLING: &str = "waiting for the nodes that are joining: a stateful identity or a \
+     persistent volume stays on the node it first goes to, so it is placed once no node has \
+     joined for 2s";
 
 /// Whether `placement` rules nodes out by what they are (a required label, zone or
 /// architecture), so that room elsewhere is no use to its instances.
@@ -243,11 +239,10 @@ fn filters_nodes(placement: &Placement) -> bool {
         || matches!(placement.zone, Some(ZonePolicy::Only(_)))
 }
 
-/// Places the running instances without a placement (while `settling`, a node joined less than
-/// [`JOIN_QUIET`] ago, not those that cannot move once placed: they wait with that reason),
-/// writes why the rest fit nowhere, and deletes stale reasons and orphaned placements, and the
-/// placed records of the instances in `check` that have no placement left (each remembered in
-/// `pending`, to be checked again next pass should the delete not land). Returns the instances left waiting for room on one node:
+/// Places the running instances without a placement, writes why the rest fit nowhere, and
+/// deletes stale reasons and orphaned placements, and the placed records of the instances in
+/// `check` that have no placement left (each remembered in `pending`, to be checked again next
+/// pass should the delete not land). Returns the instances left waiting for room on one node:
 /// those a volume pins there, and of each service that needs a static host port, the first
 /// left waiting, with the node nearest to taking it: (instance, node).
 fn plan(
@@ -279,7 +274,7 @@ fn plan(
     let mut unplaced = Vec::new();
     for (instance, spec, names) in &candidates {
         if settling && (spec.stateful || volumes.places_new_data(spec, names)) {
-            waiting.push((&instance.id, settling_reason()));
+            waiting.push((&instance.id, SETTLING.to_owned()));
             continue;
         }
         match volumes.needs(cluster, instance, (spec, names), &mut claimed) {
