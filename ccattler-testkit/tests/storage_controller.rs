@@ -381,38 +381,3 @@ fn the_room_is_kept_in_the_pass_that_sees_the_owner_go() -> Result<(), HarnessEr
     assert_eq!((kept.node.as_str(), kept.instance), ("n1", None));
     Ok(())
 }
-
-/// Seeds 463261634 and 1042460571 of `cca chaos --generate`: a stateful service's persistent
-/// volumes were all placed on the first nodes of a starting cluster to register, filling them
-/// for good. A node joined less than 2 s ago: the first placement of persistent data waits
-/// (with its reason), then goes where the node that joined can take it.
-#[test]
-fn persistent_data_waits_for_a_node_that_just_joined() -> Result<(), HarnessError> {
-    let db = service("db", "data");
-    let start = std::time::UNIX_EPOCH + Harness::NOW;
-    // First pass: only n1 (too little storage for `data`) is alive.
-    let mut harness = Harness::new(SchedulerController::new())
-        .at(start)
-        .json("desired/volume/data", &volume("data", 5, true))
-        .json("desired/service/db", &db)
-        .json("observed/node/n1", &node("n1", 4))
-        .fact("lease/node/n1", "n1");
-    harness.run()?;
-    // n2 joins as db-a is created.
-    let mut harness = harness
-        .json("observed/node/n2", &node("n2", 10))
-        .fact("lease/node/n2", "n2")
-        .json("desired/instance/db-a", &instance(&db))
-        .at(start + std::time::Duration::from_millis(500));
-    harness.run()?;
-    assert_eq!(placed_on(&harness, "db-a"), None);
-    assert!(attachment(&harness, "data").is_none());
-    let why = reason(&harness, "db-a").expect("a reason");
-    assert!(why.contains("nodes that are joining"), "{why}");
-    // 2 s after n2 joined: placed, and the reason gone.
-    let mut harness = harness.at(start + std::time::Duration::from_millis(2600));
-    harness.run()?;
-    assert_eq!(placed_on(&harness, "db-a").as_deref(), Some("n2"));
-    assert_eq!(reason(&harness, "db-a"), None);
-    Ok(())
-}

@@ -12,7 +12,6 @@ use ccattler_core::{Change, Controller, FactView, ReconcileContext, ReconcileErr
 use super::cluster::Cluster;
 use super::events::placement_events;
 use super::host_ports;
-use super::joins::Joins;
 use super::room;
 use super::schedule_cache::{ScheduleCache, ScheduleState};
 use super::volumes::Volumes;
@@ -62,18 +61,6 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 /// instances that could run anywhere, and from the first attachment of another volume whose
 /// owner the node could not then run beside it.
 ///
-/// # What cannot move waits for joining nodes
-///
-/// A persistent volume stays on the node it is first attached to, and every later instance of
-/// its identity with it; a stateful identity is never moved to make room or to rebalance. So a
-/// stateful instance, or one whose persistent volume is attached nowhere yet, is not placed
-/// while a node joined (became alive) less than [`JOIN_QUIET`](super::JOIN_QUIET) (2 s) ago:
-/// placed while only the first nodes of a starting cluster are up, such instances would fill
-/// those nodes for good. It waits with that reason meanwhile, and the controller asks for a
-/// pass when the 2 s are up. The controller remembers the live nodes from pass to pass; those
-/// alive at its first pass count as joined long ago, so a controller that restarts in a
-/// running cluster delays nothing.
-///
 /// # Static host ports and required labels
 ///
 /// An instance that needs a static host port can only go where that port is free; one whose
@@ -121,7 +108,6 @@ use crate::scheduler::{LiveIndex, Placed, Ports, Request, VolumeNeed};
 #[derive(Debug, Default)]
 pub struct SchedulerController {
     cache: ScheduleCache,
-    joins: parking_lot::Mutex<Joins>,
 }
 
 impl SchedulerController {
@@ -174,12 +160,7 @@ impl Controller for SchedulerController {
             } = state;
             let mut changes = mirror(cluster, facts, &check, pending);
             let to_check = (&check, &mut *pending);
-            let settling = self.joins.lock().settling(&cluster.alive, ctx.now());
-            if let Some(left) = settling {
-                ctx.requeue_after(left);
-            }
-            let inputs = (&*cluster, &*volumes, settling.is_some());
-            let waiting = plan(inputs, index, facts, to_check, &mut changes)?;
+            let waiting = plan((cluster, volumes), index, facts, to_check, &mut changes)?;
             let judged = (ctx.now(), waiting.as_slice());
             if let Some(sweep_in) = spread.suggest(cluster, index, facts, judged, &mut changes)? {
                 ctx.requeue_after(sweep_in);
@@ -225,12 +206,6 @@ fn mirror(
     changes
 }
 
-/// Why a stateful identity, or an instance whose persistent data would be placed for the first
-/// time, waits while nodes join (see [`JOIN_QUIET`](super::JOIN_QUIET)).
-const SETTLING: &str = "waiting for the nodes that are joining: a stateful identity or a \
-     persistent volume stays on the node it first goes to, so it is placed once no node has \
-     joined for 2s";
-
 /// Whether `placement` rules nodes out by what they are (a required label, zone or
 /// architecture), so that room elsewhere is no use to its instances.
 fn filters_nodes(placement: &Placement) -> bool {
@@ -246,7 +221,7 @@ fn filters_nodes(placement: &Placement) -> bool {
 /// those a volume pins there, and of each service that needs a static host port, the first
 /// left waiting, with the node nearest to taking it: (instance, node).
 fn plan(
-    (cluster, volumes, settling): (&Cluster, &Volumes, bool),
+    (cluster, volumes): (&Cluster, &Volumes),
     index: &mut LiveIndex,
     facts: &FactView,
     (check, pending): (&BTreeSet<String>, &mut BTreeSet<String>),
@@ -273,10 +248,6 @@ fn plan(
     let mut mounts: Vec<Vec<VolumeNeed<'_>>> = Vec::new();
     let mut unplaced = Vec::new();
     for (instance, spec, names) in &candidates {
-        if settling && (spec.stateful || volumes.places_new_data(spec, names)) {
-            waiting.push((&instance.id, SETTLING.to_owned()));
-            continue;
-        }
         match volumes.needs(cluster, instance, (spec, names), &mut claimed) {
             Ok(need) => {
                 mounts.push(need);

@@ -114,18 +114,6 @@ impl Volumes {
             .collect()
     }
 
-    /// Whether placing an instance of `spec` would put persistent data on a node for the first
-    /// time: a persistent volume it mounts (`names`: theirs for it, from [`names`](Self::names))
-    /// is attached nowhere yet.
-    pub(super) fn places_new_data(&self, spec: &ServiceSpec, names: &[String]) -> bool {
-        spec.volumes.iter().zip(names).any(|(mount, name)| {
-            self.declared
-                .get(&mount.volume)
-                .is_some_and(|declared| declared.persistent)
-                && !self.attached.contains_key(name)
-        })
-    }
-
     /// What `instance` of `spec` needs of a node for its volumes (`names`: theirs for it, from
     /// [`names`](Self::names)), or why it must wait. `claimed` holds which request of this pass
     /// mounts each volume (a volume goes to one).
