@@ -177,7 +177,7 @@ struct Mark {
 /// phase would wait for a change that never comes); then the first that holds one.
 async fn node_holding_instances(store: &MemoryStore, nodes: u32) -> Result<u32, Error> {
     let placed = store.scan(schema::PLACEMENTS).await?;
-    let holding: std::collections::BTreeSet<u32> = placed
+    placed
         .facts
         .iter()
         .filter_map(|fact| match schema::RecordKey::parse(&fact.key)? {
@@ -185,10 +185,7 @@ async fn node_holding_instances(store: &MemoryStore, nodes: u32) -> Result<u32, 
             _ => None,
         })
         .filter(|n| (1..=nodes).contains(n))
-        .collect();
-    holding
-        .first()
-        .copied()
+        .min()
         .ok_or_else(|| "loss: no node holds an instance".into())
 }
 

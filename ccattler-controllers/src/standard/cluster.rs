@@ -411,9 +411,7 @@ impl Cluster {
 
     /// Applies one fact change: `fact` is the key's new fact, `None` when it was deleted.
     pub fn apply(&mut self, key: &Key, fact: Option<&Fact>) {
-        if self.invalid.contains(key) {
-            self.invalid.remove(key);
-        }
+        forget(&mut self.invalid, key.as_str());
         let Some(record) = RecordKey::parse(key) else {
             return;
         };
@@ -799,7 +797,7 @@ fn unfile_by_service(
 /// where a key would be even when it is absent (when a snapshot shares that path), and most
 /// calls find nothing to take. At 100,000 instances those copies were a sixth of what
 /// filing an instance cost.
-fn forget(set: &mut OrdSet<String>, id: &str) {
+fn forget<K: Ord + Clone + std::borrow::Borrow<str>>(set: &mut OrdSet<K>, id: &str) {
     if set.contains(id) {
         set.remove(id);
     }

@@ -317,11 +317,11 @@ impl World {
             return; // an earlier wake is already scheduled, and it steps the actor anyway
         }
         *wake = Some(deadline);
-        let wake = super::world::Event::Wake {
+        let event = super::world::Event::Wake {
             actor,
             due: deadline,
         };
-        self.agenda.push(deadline, wake);
+        self.agenda.push(deadline, event);
     }
 
     fn step_controller(&mut self, actor: usize) {
